@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make run` (main job on shipped data) and `make test` (the test suite).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+OUT    ?= results/default
+
+.PHONY: run test test-slow bench lint clean
+
+$(VENV)/.stamp-run: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.stamp-dev: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(VENV)/.stamp-run $@
+
+run: $(VENV)/.stamp-run
+	$(VENV)/bin/dvasim run configs/default.toml --out $(OUT)
+
+test: $(VENV)/.stamp-dev
+	$(PY) -m pytest -q
+
+test-slow: $(VENV)/.stamp-dev
+	$(PY) -m pytest -q -m slow
+
+bench: $(VENV)/.stamp-run
+	$(PY) benchmarks/bench_sim.py
+
+lint: $(VENV)/.stamp-dev
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

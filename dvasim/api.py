@@ -1,0 +1,131 @@
+"""The Python API: ``run(config)`` -> :class:`RunResult` (records as a DataFrame, summary as a dict)."""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dvasim import config as cfgmod
+from dvasim.metrics import records_frame, summarize
+
+
+@dataclass
+class RunResult:
+    queries: pd.DataFrame
+    summary: dict[str, Any]
+    config: dict[str, Any]
+    stuck: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("dvasim", "simpy", "numpy", "scipy", "pandas", "seaborn", "torch", "mlcommons-loadgen"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def load_profile(model_cfg: dict[str, Any]):
+    from dvasim.calibration.table import LatencyTable
+
+    return LatencyTable.load(model_cfg["table"])
+
+
+def run(config, overrides: list[str] | None = None, progress: bool | None = None) -> RunResult:
+    """Simulate one config (a TOML path, a dict of sections, or an already resolved dict)."""
+    from dvasim.core.pipeline import Pipeline
+    from dvasim.policies import make_policy
+    from dvasim.sim.engine import simulate
+    from dvasim.workload import workload_from_config
+
+    cfg = cfgmod.resolve(config, overrides)
+    profile = load_profile(cfg["model"])
+    params = {k: v for k, v in cfg["policy"].items() if k != "name"}
+    policy = make_policy(cfg["policy"]["name"], params)
+    workload = workload_from_config(
+        cfg["workload"], needs_seq_len=profile.seq_lens is not None, base_dir=cfg["base_dir"]
+    )
+    if profile.seq_lens is not None and len(workload.seq_lens):
+        _check_lengths(profile, workload.seq_lens)
+    eng = cfg["engine"]
+    pipeline = Pipeline(profile, policy, eng["buffer_pairs"])
+    res = simulate(
+        pipeline, workload.arrivals_ms, workload.seq_lens,
+        sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"],
+        launch_overhead_ms=eng["launch_overhead_ms"],
+        progress=eng["progress"] if progress is None else progress,
+    )
+    df = records_frame(res.queries, profile.n_stages)
+    summary = summarize(df, cfg["qos"]["target_ms"])
+    summary.update(
+        policy=policy.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"],
+        device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
+        sim_wall_s=res.wall_s, sim_queries_per_wall_s=len(df) / res.wall_s if res.wall_s > 0 else float("nan"),
+        n_batches=sum(1 for op in res.pipeline.table.log if op[0] == "new"),
+        n_stretch=sum(1 for op in res.pipeline.table.log if op[0] == "stretch"),
+        n_split=sum(1 for op in res.pipeline.table.log if op[0] == "split"),
+    )
+    resolved = {**cfg, "policy": {**cfg["policy"], **policy.describe()}}
+    resolved["model"] = {**cfg["model"], "provenance": dict(getattr(profile, "provenance", {}))}
+    return RunResult(df, summary, resolved, res.stuck)
+
+
+def _check_lengths(profile, seq_lens) -> None:
+    """Fail before simulating if some input is longer than the table's profiled range."""
+    from dvasim.errors import WorkloadError
+
+    longest = int(max(seq_lens))
+    top = int(profile.seq_lens.max())
+    if longest > top:
+        n = int((seq_lens > top).sum())
+        raise WorkloadError(
+            "workload.seq_len",
+            f"{n} queries have seq_len up to {longest} but the table {profile.name!r} is profiled up to seq_len {top}; "
+            "use a table profiled at longer lengths or shorter inputs",
+        )
+
+
+def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result.queries.to_csv(out / "queries.csv", index=False)
+    summary = dict(result.summary)
+    if result.stuck:
+        summary["stuck"] = result.stuck
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    (out / "config.json").write_text(
+        json.dumps({"config": result.config, "versions": versions()}, indent=2, default=_json_default) + "\n"
+    )
+    if figure:
+        from dvasim.plots import latency_figure
+
+        latency_figure(
+            result.queries, out / "latency.png",
+            title=f"{result.summary.get('policy')} on {Path(result.config['model']['table']).stem}",
+            qos_target_ms=result.summary.get("qos_target_ms"),
+        )
+    return out
+
+
+def _json_default(o):
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)

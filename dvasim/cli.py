@@ -1,0 +1,81 @@
+"""The ``dvasim`` command line.
+
+    dvasim run CONFIG.toml --out DIR [--set section.key=value ...]
+    dvasim profile --model NAME --stages N --device cpu|cuda --batch-sizes 1,2,4 --out FILE.csv   (needs torch)
+
+Errors a user can fix print one line (``dvasim: error: <field>: <what is allowed>``) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dvasim.errors import DvasimError
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def print_summary(summary: dict, file=sys.stdout) -> None:
+    keys = [
+        "policy", "n_queries", "n_completed", "offered_qps", "throughput_qps", "mean_latency_ms", "p50_latency_ms",
+        "p90_latency_ms", "p95_latency_ms", "p99_latency_ms", "qos_target_ms", "qos_violation_rate",
+        "mean_exit_batch_size", "n_batches", "n_stretch", "n_split", "device_busy_fraction", "sim_queries_per_wall_s",
+    ]
+    width = max(len(k) for k in keys)
+    for k in keys:
+        if k in summary:
+            print(f"  {k:<{width}}  {_fmt(summary[k])}", file=file)
+
+
+def cmd_run(args) -> int:
+    from dvasim.api import run, write_outputs
+
+    result = run(args.config, overrides=args.set, progress=args.progress or None)
+    out = write_outputs(result, args.out, figure=not args.no_figure)
+    print(f"dvasim run {args.config}: results in {out}/")
+    print_summary(result.summary)
+    if result.stuck:
+        print(f"dvasim: warning: {result.stuck}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "profile":
+        try:
+            from dvasim.calibration.profiler import cli_profile
+        except ImportError as e:
+            print(f"dvasim profile: error: needs torch ({e}); install the replay extra: pip install 'dvasim[replay]'",
+                  file=sys.stderr)
+            return 2
+        return cli_profile(argv[1:])
+    parser = argparse.ArgumentParser(prog="dvasim", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="simulate one config")
+    p.add_argument("config", help="TOML config file")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config value (repeatable); the value is read as TOML")
+    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--no-figure", action="store_true", help="do not write latency.png")
+    p.set_defaults(func=cmd_run)
+    sub.add_parser("profile", help="profile a model's stages into a latency table (needs torch); see dvasim profile -h")
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except DvasimError as e:
+        print(f"dvasim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dvasim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""TOML configs: loading, ``--set`` overrides, validation with one-line errors naming the field.
+
+Sections and keys::
+
+    [model]     table = "path.csv"            # a latency table (stage,batch_size,latency_ms[,seq_len])
+    [policy]    name = "delaybatch"           # any registered policy; its other keys are its parameters
+    [workload]  kind = "poisson" | "uniform" | "explicit" | "stepping", ...   (see dvasim.workload)
+    [qos]       target_ms = 200
+    [engine]    buffer_pairs = 2, sharing = "fluid" | "exclusive" | "parallel",
+                corun_slowdown = 1.0, launch_overhead_ms = 0.0, progress = false
+
+Relative paths are looked up next to the config file, then in the working directory, then in the project root
+(where the shipped ``traces/`` live).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from dvasim.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+SECTIONS = ("model", "policy", "workload", "qos", "engine")
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "model": {},
+    "policy": {"name": "zerobatch"},
+    "workload": {},
+    "qos": {"target_ms": 200.0},
+    "engine": {
+        "buffer_pairs": 2,
+        "sharing": "fluid",
+        "corun_slowdown": 1.0,
+        "launch_overhead_ms": 0.0,
+        "progress": False,
+    },
+}
+
+MODEL_KEYS = {"table": "path of a latency table CSV"}
+ENGINE_KEYS = {
+    "buffer_pairs": "number of buffer pairs (1 = serial manner)",
+    "sharing": "device-sharing model: fluid, exclusive or parallel",
+    "corun_slowdown": "rate divisor while two or more executions overlap (>= 1)",
+    "launch_overhead_ms": "host-side scheduling cost added to every stage launch",
+    "progress": "show a progress bar",
+}
+QOS_KEYS = {"target_ms": "latency target for the QoS violation rate"}
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("config", f"file {str(p)!r} not found; give the path of a TOML config")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("config", f"{p}: not valid TOML ({e})") from None
+    data.setdefault("_base_dir", str(p.resolve().parent))
+    return data
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """``section.key=value`` -> (section, key, value); the value is read as TOML, else kept as a string."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError("--set", f"expected section.key=value, got {text!r}")
+    lhs, rhs = text.split("=", 1)
+    section, key = lhs.strip().split(".", 1)
+    try:
+        value = tomllib.loads(f"v = {rhs.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = rhs.strip()
+    return section, key, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    raw = copy.deepcopy(raw)
+    for text in overrides or []:
+        section, key, value = parse_override(text)
+        if section not in SECTIONS:
+            raise ConfigError(f"{section}.{key}", f"unknown section [{section}]; allowed: {', '.join(SECTIONS)}")
+        raw.setdefault(section, {})[key] = value
+    return raw
+
+
+def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Return the config with defaults filled in and every section checked (policy/workload keys are checked
+    by the policy and workload builders)."""
+    if isinstance(raw, (str, Path)):
+        raw = load_toml(raw)
+    raw = apply_overrides(raw, overrides)
+    base_dir = raw.pop("_base_dir", None) or raw.pop("base_dir", None)
+    for section in raw:
+        if section not in SECTIONS:
+            raise ConfigError(section, f"unknown section [{section}]; allowed: {', '.join(SECTIONS)}")
+        if not isinstance(raw[section], dict):
+            raise ConfigError(section, f"[{section}] must be a table of keys")
+    cfg = {s: {**DEFAULTS[s], **raw.get(s, {})} for s in SECTIONS}
+    cfg["base_dir"] = base_dir or str(Path.cwd())
+    _check_keys("model", cfg["model"], MODEL_KEYS)
+    _check_keys("engine", cfg["engine"], ENGINE_KEYS)
+    _check_keys("qos", cfg["qos"], QOS_KEYS)
+    if "table" not in cfg["model"]:
+        raise ConfigError("model.table", 'missing; set table = "path/to/latency.csv" (e.g. traces/default/vgg16_titanx_4stages.csv)')
+    cfg["model"]["table"] = str(find_file(cfg["model"]["table"], base_dir, "model.table"))
+    if not cfg["workload"]:
+        raise ConfigError("workload", 'missing section; e.g. [workload] kind = "poisson", rate_qps = 100, n_queries = 1000')
+    eng = cfg["engine"]
+    bp = eng["buffer_pairs"]
+    if isinstance(bp, bool) or not isinstance(bp, int) or bp < 1:
+        raise ConfigError("engine.buffer_pairs", f"must be an integer >= 1, got {bp!r}")
+    from dvasim.sim.device import MODES
+
+    if eng["sharing"] not in MODES:
+        raise ConfigError("engine.sharing", f"unknown mode {eng['sharing']!r}; allowed: {', '.join(MODES)}")
+    _number(eng, "engine", "corun_slowdown", minimum=1.0)
+    _number(eng, "engine", "launch_overhead_ms", minimum=0.0)
+    if not isinstance(eng["progress"], bool):
+        raise ConfigError("engine.progress", f"must be true or false, got {eng['progress']!r}")
+    _number(cfg["qos"], "qos", "target_ms", minimum=0.0, strict=True)
+    if not isinstance(cfg["policy"].get("name"), str):
+        raise ConfigError("policy.name", "must be a string naming a policy")
+    return cfg
+
+
+def find_file(value: Any, base_dir: str | None, field: str) -> Path:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(field, f"must be a file path string, got {value!r}")
+    p = Path(value)
+    candidates = [p] if p.is_absolute() else [Path(base_dir or ".") / p, Path.cwd() / p, PROJECT_ROOT / p]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise ConfigError(field, f"file {value!r} not found (looked next to the config, in the working directory and in {PROJECT_ROOT})")
+
+
+def _check_keys(section: str, values: dict[str, Any], allowed: dict[str, str]) -> None:
+    for key in values:
+        if key not in allowed:
+            raise ConfigError(f"{section}.{key}", f"unknown key; allowed: {', '.join(sorted(allowed))}")
+
+
+def _number(d: dict, section: str, key: str, minimum: float, strict: bool = False) -> None:
+    v = d[key]
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    ok = ok and (v > minimum if strict else v >= minimum)
+    if not ok:
+        rel = ">" if strict else ">="
+        raise ConfigError(f"{section}.{key}", f"must be a number {rel} {minimum:g}, got {v!r}")
+    d[key] = float(v)

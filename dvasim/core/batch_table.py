@@ -1,0 +1,242 @@
+"""The batch table and batch-queue items: DVABatch's meta operations *new*, *stretch* and *split* (paper §5.2).
+
+A row of the table is a :class:`Batch`: its id, its current batch size ``bs`` (the number of its queries), the time it
+was created and its ``status_map``, the number of its queries that have completed each stage. A batch's queries
+are its *rows*: query ``r`` of a batch lives in row ``row_offset + r`` of the buffers of the buffer pair (``slot``)
+the batch runs in. A :class:`BatchItem` is an entry of a batch queue between two stages: ``(id, start, num)`` says
+"run queries ``start .. start+num-1`` of batch ``id``".
+
+Meta operations:
+
+* **new** creates a row and an item covering all its queries for the first batch queue.
+* **stretch** appends queries to the *latest* batch (the one most recently made by *new*). The newcomers get an
+  item ``(id, start=old_bs, num=n)`` in the first batch queue; they *catch up* through the stages the batch has
+  already done, guided by ``status_map``: the batch is handed to stage ``s+1`` only when all ``bs`` queries have
+  completed stage ``s``, and then only the queries not yet handed on. So the original queries wait at the first
+  boundary they reach after the stretch and continue merged with the newcomers (paper Figure 8b).
+* **split** replaces a batch that has completed a stage (all its queries, none handed on) by sub-batches of given
+  sizes, each a row of its own, pushed one by one into the next batch queue (Figure 8c).
+
+A batch that may be split (``splittable``) can never be stretched; sub-batches inherit that (paper §5.2.2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from dvasim.core.query import Query
+
+
+class MetaOpError(RuntimeError):
+    """A policy asked for a meta operation that the batch table does not allow."""
+
+
+@dataclass(eq=False)
+class Batch:
+    bid: int
+    queries: list[Query]
+    created: float
+    n_stages: int
+    splittable: bool = False
+    slot: int | None = None  # buffer pair holding the batch's rows, fixed when stage 0 first runs it
+    row_offset: int = 0
+    parent: int | None = None
+    first_start: float = math.nan  # when stage 0 first started working on it
+    status_map: list[int] = field(default_factory=list)  # queries completed per stage
+    issued: list[int] = field(default_factory=list)  # queries handed to each stage's batch queue
+
+    def __post_init__(self) -> None:
+        if not self.status_map:
+            self.status_map = [0] * self.n_stages
+        if not self.issued:
+            self.issued = [0] * self.n_stages
+
+    @property
+    def bs(self) -> int:
+        return len(self.queries)
+
+    def rows(self, item: BatchItem) -> range:
+        """Buffer rows that ``item`` reads and writes."""
+        return range(self.row_offset + item.start, self.row_offset + item.start + item.num)
+
+    def item_queries(self, item: BatchItem) -> list[Query]:
+        return self.queries[item.start : item.start + item.num]
+
+    def stage_reached(self) -> int:
+        """Number of stages all of whose queries are done (the boundary the batch has fully reached)."""
+        k = 0
+        while k < self.n_stages and self.status_map[k] == self.bs:
+            k += 1
+        return k
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """An entry of a batch queue: run queries ``start .. start+num-1`` of batch ``bid`` in buffer pair ``slot``."""
+
+    bid: int
+    start: int
+    num: int
+    slot: int | None = None
+
+    @property
+    def catch_up(self) -> bool:
+        """True for the rows a *stretch* added that are still catching up (they never start at row 0)."""
+        return self.start > 0
+
+
+@dataclass
+class Completion:
+    """What :meth:`BatchTable.complete` reports about a finished stage execution."""
+
+    batch: Batch
+    exited: list[Query]  # queries that left the pipeline (last stage only)
+    ready: bool  # every query of the batch has completed this stage and some are not yet handed on
+
+
+class BatchTable:
+    """All ongoing batches on one device, in creation order."""
+
+    def __init__(self, n_stages: int):
+        if n_stages < 1:
+            raise ValueError("n_stages must be >= 1")
+        self.n_stages = n_stages
+        self.rows: dict[int, Batch] = {}
+        self.latest_id: int | None = None
+        self._next_id = 0
+        self.log: list[tuple] = []  # (op, time, batch id, detail) for inspection and tests
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __contains__(self, bid: int) -> bool:
+        return bid in self.rows
+
+    def __getitem__(self, bid: int) -> Batch:
+        return self.rows[bid]
+
+    def latest(self) -> Batch | None:
+        return self.rows.get(self.latest_id) if self.latest_id is not None else None
+
+    def n_queries(self) -> int:
+        """Queries in ongoing batches that have not yet left the pipeline."""
+        return sum(b.bs - b.status_map[-1] for b in self.rows.values())
+
+    def _new_id(self) -> int:
+        bid = self._next_id
+        self._next_id += 1
+        return bid
+
+    # ------------------------------------------------------------------ meta operations
+    def new(self, queries: list[Query], now: float, splittable: bool = False) -> BatchItem:
+        """*new*: a row for ``queries`` and the item that sends all of them to the first stage."""
+        if not queries:
+            raise MetaOpError("new: a batch needs at least one query")
+        b = Batch(self._new_id(), list(queries), now, self.n_stages, splittable=splittable)
+        self.rows[b.bid] = b
+        self.latest_id = b.bid
+        for q in queries:
+            q.batch_id = b.bid
+            q.admitted = now
+        b.issued[0] = b.bs
+        self.log.append(("new", now, b.bid, b.bs))
+        return BatchItem(b.bid, 0, b.bs, None)
+
+    def can_stretch(self, bid: int) -> str | None:
+        """Why batch ``bid`` cannot be stretched now, or None if it can."""
+        if bid != self.latest_id or bid not in self.rows:
+            return "only the latest batch can be stretched"
+        b = self.rows[bid]
+        if b.splittable:
+            return "a batch that may be split cannot be stretched"
+        if b.issued[-1] > 0:
+            return "the batch has already been handed to the last stage"
+        return None
+
+    def stretch(self, bid: int, queries: list[Query], now: float) -> BatchItem:
+        """*stretch*: append ``queries`` to the latest batch; returns the catch-up item for the first stage."""
+        if not queries:
+            raise MetaOpError("stretch: no queries")
+        why = self.can_stretch(bid)
+        if why:
+            raise MetaOpError(f"stretch of batch {bid}: {why}")
+        b = self.rows[bid]
+        start = b.bs
+        b.queries.extend(queries)
+        for q in queries:
+            q.batch_id = bid
+            q.admitted = now
+        b.issued[0] = b.bs
+        self.log.append(("stretch", now, bid, len(queries)))
+        return BatchItem(bid, start, len(queries), b.slot)
+
+    def complete(self, item: BatchItem, stage: int) -> Completion:
+        """Record that ``item`` finished ``stage`` (updates ``status_map``)."""
+        b = self.rows[item.bid]
+        b.status_map[stage] += item.num
+        if b.status_map[stage] > b.bs:
+            raise MetaOpError(f"batch {b.bid}: stage {stage} completed more queries than the batch has")
+        if stage == self.n_stages - 1:
+            exited = b.item_queries(item)
+            if b.status_map[stage] == b.bs:
+                del self.rows[b.bid]
+                if self.latest_id == b.bid:
+                    self.latest_id = None
+            return Completion(b, exited, False)
+        ready = b.status_map[stage] == b.bs and b.issued[stage + 1] < b.bs
+        return Completion(b, [], ready)
+
+    def advance(self, bid: int, stage: int) -> BatchItem:
+        """Hand the queries of a ready batch that have completed ``stage`` on to stage ``stage+1``."""
+        b = self.rows[bid]
+        if b.status_map[stage] != b.bs:
+            raise MetaOpError(f"batch {bid}: not every query has completed stage {stage}")
+        start = b.issued[stage + 1]
+        b.issued[stage + 1] = b.bs
+        return BatchItem(bid, start, b.bs - start, b.slot)
+
+    def can_split(self, bid: int, stage: int) -> str | None:
+        b = self.rows.get(bid)
+        if b is None:
+            return "no such batch"
+        if not b.splittable:
+            return "the batch was not created as splittable"
+        if stage >= self.n_stages - 1:
+            return "nothing follows the last stage"
+        if b.status_map[stage] != b.bs or b.issued[stage + 1] != 0:
+            return f"the batch is not whole at the boundary after stage {stage}"
+        return None
+
+    def split(self, bid: int, sizes: list[int], stage: int, now: float) -> list[BatchItem]:
+        """*split*: replace batch ``bid``, whole after ``stage``, by sub-batches of ``sizes`` (in row order).
+
+        Returns the sub-batches' items for the next batch queue, in order.
+        """
+        why = self.can_split(bid, stage)
+        if why:
+            raise MetaOpError(f"split of batch {bid}: {why}")
+        b = self.rows[bid]
+        if any(int(s) != s or s < 1 for s in sizes) or sum(sizes) != b.bs:
+            raise MetaOpError(f"split of batch {bid}: sizes {sizes} must be positive and add up to {b.bs}")
+        del self.rows[bid]
+        if self.latest_id == bid:
+            self.latest_id = None
+        items = []
+        offset = 0
+        for n in sizes:
+            qs = b.queries[offset : offset + n]
+            child = Batch(
+                self._new_id(), qs, b.created, self.n_stages, splittable=True, slot=b.slot,
+                row_offset=b.row_offset + offset, parent=bid, first_start=b.first_start,
+            )
+            for k in range(stage + 1):
+                child.status_map[k] = n
+                child.issued[k] = n
+            child.issued[stage + 1] = n
+            self.rows[child.bid] = child
+            items.append(BatchItem(child.bid, 0, n, b.slot))
+            offset += n
+        self.log.append(("split", now, bid, tuple(sizes)))
+        return items

@@ -1,0 +1,40 @@
+"""A query: one inference request, and the record of its way through the pipeline."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Query:
+    """One request. ``seq_len`` is its input length (1 for fixed-size inputs such as images).
+
+    The engine fills the record fields as the query moves: ``stage_start[s]`` / ``stage_finish[s]`` are the
+    times (ms) at which the execution that carried it through stage ``s`` started and finished.
+    """
+
+    qid: int
+    arrival: float
+    seq_len: int = 1
+    # record
+    admitted: float = math.nan  # when the front door put it into a batch (new or stretch)
+    batch_id: int = -1  # the batch it entered
+    exit_batch_id: int = -1  # the batch it left in (differs after a split)
+    exit_batch_size: int = 0
+    finish: float = math.nan
+    stage_start: list[float] = field(default_factory=list)
+    stage_finish: list[float] = field(default_factory=list)
+
+    @property
+    def start(self) -> float:
+        """Time its first stage started (NaN if it never started)."""
+        return self.stage_start[0] if self.stage_start else math.nan
+
+    @property
+    def done(self) -> bool:
+        return not math.isnan(self.finish)
+
+    @property
+    def latency(self) -> float:
+        return self.finish - self.arrival

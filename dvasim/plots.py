@@ -1,0 +1,39 @@
+"""Seaborn figures of runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook")
+    return plt, sns
+
+
+def latency_figure(df: pd.DataFrame, path: str | Path, title: str = "", qos_target_ms: float | None = None) -> Path:
+    """Per-query latency over arrival time (left) and the latency CDF (right)."""
+    plt, sns = _plt()
+    done = df[df["finish_ms"].notna()]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    sns.scatterplot(x=done["arrival_ms"] / 1000.0, y=done["latency_ms"], s=6, linewidth=0, ax=a)
+    a.set(xlabel="arrival time (s)", ylabel="latency (ms)", title="per-query latency")
+    sns.ecdfplot(x=done["latency_ms"], ax=b)
+    b.set(xlabel="latency (ms)", ylabel="fraction of queries", title="latency CDF")
+    if qos_target_ms:
+        a.axhline(qos_target_ms, color="red", ls="--", lw=1)
+        b.axvline(qos_target_ms, color="red", ls="--", lw=1)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

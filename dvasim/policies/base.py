@@ -1,0 +1,159 @@
+"""The policy interface shared by every engine, and the registry of policies by name.
+
+A policy decides the meta operations; the engine (the SimPy simulator or the real replay) carries them out. A policy
+sees the pipeline only through a :class:`PipelineView` (the time now, the batch table, the latency profile, queue
+lengths) and answers with operations:
+
+* :meth:`Policy.admit` -- called at the front door whenever something changed: returns :class:`New` and
+  :class:`Stretch` operations for pending queries;
+* :meth:`Policy.at_boundary` -- called by a stage executor when a batch has completed a stage (paper Figure 12,
+  ``Schedule``): may return a :class:`Split` or :class:`Stretch`;
+* :meth:`Policy.next_wakeup` -- the next time the front door wants to be asked again (e.g. a batch window closes).
+
+Nothing here imports simpy or torch.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from dvasim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dvasim.core.batch_table import Batch, BatchTable
+    from dvasim.core.query import Query
+
+
+# ----------------------------------------------------------------------------- operations
+@dataclass
+class New:
+    """*new*: a batch of ``queries``; ``splittable`` marks a batch that may later be split (never stretched)."""
+
+    queries: list
+    splittable: bool = False
+
+
+@dataclass
+class Stretch:
+    """*stretch*: add ``queries`` to the latest batch ``bid``."""
+
+    bid: int
+    queries: list
+
+
+@dataclass
+class Split:
+    """*split*: split batch ``bid`` (whole after the current stage) into sub-batches of ``sizes``."""
+
+    bid: int
+    sizes: list
+
+
+# ----------------------------------------------------------------------------- what a policy sees
+class Profile(Protocol):
+    """The latency profile a policy may consult (a :class:`dvasim.calibration.table.LatencyTable` or a stage view)."""
+
+    n_stages: int
+    max_batch_size: int
+
+    def latency(self, stage: int, batch_size: int, seq_len: int | None = None) -> float: ...
+
+    def remaining(self, from_stage: int, batch_size: int, seq_len: int | None = None) -> float: ...
+
+
+class PipelineView(Protocol):
+    n_stages: int
+    table: BatchTable
+    profile: Profile
+
+    def now(self) -> float: ...
+
+    def queue_length(self, stage: int) -> int: ...
+
+    def stage_idle(self, stage: int) -> bool: ...
+
+    def active_queries(self) -> int: ...
+
+
+# ----------------------------------------------------------------------------- base class and registry
+_REGISTRY: dict[str, type[Policy]] = {}
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make a policy available by its ``name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def policy_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
+    """Instantiate the policy registered as ``name`` with ``params`` (checked against its declared parameters)."""
+    import dvasim.policies  # noqa: F401  (registers the built-in policies)
+
+    if name not in _REGISTRY:
+        raise ConfigError("policy.name", f"unknown policy {name!r}; allowed: {', '.join(policy_names())}")
+    cls = _REGISTRY[name]
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(cls.params))
+    if unknown:
+        raise ConfigError(
+            f"policy.{unknown[0]}",
+            f"unknown parameter for policy {name!r}; allowed: {', '.join(sorted(cls.params))}",
+        )
+    return cls(**params)
+
+
+class Policy(ABC):
+    """Base class. Subclasses set ``name``, ``params`` (name -> help) and implement :meth:`admit`."""
+
+    name: ClassVar[str] = "base"
+    params: ClassVar[dict[str, str]] = {}
+
+    def __init__(self) -> None:
+        self.pending: deque[Query] = deque()
+        self.view: PipelineView | None = None
+
+    def bind(self, view: PipelineView) -> None:
+        """Called once by the engine before the run; validate against the profile here."""
+        self.view = view
+
+    def on_arrival(self, query: Query) -> None:
+        self.pending.append(query)
+
+    @abstractmethod
+    def admit(self, now: float) -> list[New | Stretch]:
+        """Form batches from pending queries (the front door)."""
+
+    def at_boundary(self, batch: Batch, stage: int, now: float) -> Split | Stretch | None:
+        """Called after ``batch`` completed ``stage`` (all its queries, before handing them on)."""
+        return None
+
+    def next_wakeup(self, now: float) -> float:
+        """The next time :meth:`admit` must be called even if nothing else happens (``inf`` if never)."""
+        return math.inf
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, **{k: getattr(self, k) for k in self.params if hasattr(self, k)}}
+
+    # helpers for subclasses
+    def take(self, n: int) -> list[Query]:
+        return [self.pending.popleft() for _ in range(min(n, len(self.pending)))]
+
+
+def check_positive_int(field: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(field, f"must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_nonneg_number(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ConfigError(field, f"must be a number >= 0, got {value!r}")
+    return float(value)

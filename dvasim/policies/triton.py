@@ -1,0 +1,108 @@
+"""Triton's dynamic batcher: ZeroBatch (no batch window) and DelayBatch (a tuned maximum queue delay).
+
+Semantics (Triton's ``dynamic_batching``): requests queue at the front door. Whenever a model instance is free (here:
+fewer than ``instances`` batches are in the pipeline), the batcher looks at the queue:
+
+1. if ``max_batch_size`` requests are waiting, a batch of ``max_batch_size`` leaves at once;
+2. else, if a preferred batch size can be formed, the largest such batch leaves at once;
+3. else, if the oldest request has waited ``max_queue_delay_ms``, all waiting requests leave as one batch;
+4. else it waits (until the oldest request's delay expires, or until more requests arrive).
+
+With ``max_queue_delay_ms = 0`` (ZeroBatch) step 3 always fires: whatever has queued while the instance was busy
+leaves as one batch. The model runs whole: one batch at a time per instance, single entry, single exit.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dvasim.errors import ConfigError
+from dvasim.policies.base import New, Policy, check_nonneg_number, check_positive_int, register
+
+EPS = 1e-9
+
+
+class TritonDynamicBatcher(Policy):
+    params = {
+        "max_batch_size": "largest batch the batcher forms",
+        "preferred_batch_size": "batch sizes that leave at once when they can be formed (int or list)",
+        "max_queue_delay_ms": "how long the oldest request may wait for a larger batch",
+        "instances": "model instances: batches that may be in the pipeline at once",
+    }
+    default_delay_ms = 0.0
+
+    def __init__(self, max_batch_size=64, preferred_batch_size=None, max_queue_delay_ms=None, instances=1):
+        super().__init__()
+        self.max_batch_size = check_positive_int("policy.max_batch_size", max_batch_size)
+        if preferred_batch_size is None:
+            preferred = []
+        elif isinstance(preferred_batch_size, int) and not isinstance(preferred_batch_size, bool):
+            preferred = [preferred_batch_size]
+        elif isinstance(preferred_batch_size, list):
+            preferred = list(preferred_batch_size)
+        else:
+            raise ConfigError("policy.preferred_batch_size", f"must be an integer or a list of integers, got {preferred_batch_size!r}")
+        for p in preferred:
+            check_positive_int("policy.preferred_batch_size", p)
+            if p > self.max_batch_size:
+                raise ConfigError("policy.preferred_batch_size", f"{p} exceeds max_batch_size {self.max_batch_size}")
+        self.preferred_batch_size = sorted(set(preferred))
+        delay = self.default_delay_ms if max_queue_delay_ms is None else max_queue_delay_ms
+        self.max_queue_delay_ms = check_nonneg_number("policy.max_queue_delay_ms", delay)
+        self.instances = check_positive_int("policy.instances", instances)
+
+    def bind(self, view) -> None:
+        super().bind(view)
+        top = view.profile.max_batch_size
+        if self.max_batch_size > top:
+            raise ConfigError(
+                "policy.max_batch_size", f"{self.max_batch_size} exceeds the table's largest profiled batch size {top}"
+            )
+
+    def _free(self) -> bool:
+        return len(self.view.table) < self.instances
+
+    def _size_now(self, now: float) -> int:
+        n = len(self.pending)
+        if n >= self.max_batch_size:
+            return self.max_batch_size
+        fitting = [p for p in self.preferred_batch_size if p <= n]
+        if fitting:
+            return fitting[-1]
+        if n and now - self.pending[0].arrival >= self.max_queue_delay_ms - EPS:
+            return n
+        return 0
+
+    def admit(self, now: float):
+        ops = []
+        while self.pending and len(self.view.table) + len(ops) < self.instances:
+            n = self._size_now(now)
+            if n == 0:
+                break
+            ops.append(New(self.take(n)))
+        return ops
+
+    def next_wakeup(self, now: float) -> float:
+        if self.pending and self._free():
+            return self.pending[0].arrival + self.max_queue_delay_ms
+        return math.inf
+
+
+@register
+class ZeroBatch(TritonDynamicBatcher):
+    """Triton's dynamic batcher with no batch window (``max_queue_delay_ms = 0``)."""
+
+    name = "zerobatch"
+
+    def __init__(self, max_batch_size=64, preferred_batch_size=None, max_queue_delay_ms=0.0, instances=1):
+        if max_queue_delay_ms not in (0, 0.0):
+            raise ConfigError("policy.max_queue_delay_ms", "zerobatch has no batch window; use delaybatch for a delay > 0")
+        super().__init__(max_batch_size, preferred_batch_size, 0.0, instances)
+
+
+@register
+class DelayBatch(TritonDynamicBatcher):
+    """Triton's dynamic batcher with a batch window (``max_queue_delay_ms > 0``; default 5 ms)."""
+
+    name = "delaybatch"
+    default_delay_ms = 5.0

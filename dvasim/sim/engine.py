@@ -1,0 +1,120 @@
+"""The SimPy engine: one process per stage executor, one for arrivals, one for the front door's timer.
+
+The control state (batch table, batch queues, buffer pairs, executor states, policy) lives in
+:class:`dvasim.core.pipeline.Pipeline`; this module only adds time: arrivals at their instants, stage executions
+that take the time the :class:`~dvasim.sim.device.Device` gives them, and the policy's wake-ups.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import simpy
+
+from dvasim.core.pipeline import Pipeline
+from dvasim.core.query import Query
+from dvasim.sim.device import Device
+
+
+class DeadlockError(RuntimeError):
+    """The simulation ran out of events while queries were still inside the pipeline."""
+
+
+@dataclass
+class SimResult:
+    queries: list[Query]
+    pipeline: Pipeline
+    sim_end_ms: float
+    wall_s: float
+    device_busy_ms: float
+    stuck: str | None = None  # description of the pipeline if some queries never finished
+
+
+def simulate(
+    pipeline: Pipeline,
+    arrivals_ms,
+    seq_lens,
+    *,
+    sharing: str = "fluid",
+    corun_slowdown: float = 1.0,
+    launch_overhead_ms: float = 0.0,
+    progress: bool = False,
+    until_ms: float | None = None,
+) -> SimResult:
+    """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not."""
+    t0 = time.perf_counter()
+    env = simpy.Environment()
+    device = Device(env, sharing, corun_slowdown)
+    n_stages = pipeline.n_stages
+    queries = [Query(i, float(a), int(s)) for i, (a, s) in enumerate(zip(arrivals_ms, seq_lens))]
+    wake = [env.event() for _ in range(n_stages)]
+    mailbox: list = [None] * n_stages
+    timer_at = [math.inf]
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(queries), unit="q", desc="simulating", leave=False)
+
+    def poke() -> None:
+        now = env.now
+        for ex in pipeline.step(now):
+            mailbox[ex.stage] = ex
+            ev = wake[ex.stage]
+            wake[ex.stage] = env.event()
+            ev.succeed()
+        t = pipeline.wakeup_time()
+        if now < t < timer_at[0]:
+            timer_at[0] = t
+            env.process(front_door_timer(t))
+
+    def front_door_timer(t: float):
+        yield env.timeout(t - env.now)
+        if timer_at[0] == t:
+            timer_at[0] = math.inf
+        poke()
+
+    def arrivals():
+        for q in queries:
+            if q.arrival > env.now:
+                yield env.timeout(q.arrival - env.now)
+            pipeline.arrive(q, env.now)
+            poke()
+
+    def executor(stage: int):
+        while True:
+            if mailbox[stage] is None:
+                yield wake[stage]
+            ex = mailbox[stage]
+            mailbox[stage] = None
+            if launch_overhead_ms > 0:
+                yield env.timeout(launch_overhead_ms)
+            yield device.run(ex.standalone_ms, ex.demand)
+            n_before = len(pipeline.exited)
+            pipeline.finish(ex, env.now)
+            if bar is not None and len(pipeline.exited) > n_before:
+                bar.update(len(pipeline.exited) - n_before)
+            poke()
+
+    env.process(arrivals())
+    for s in range(n_stages):
+        env.process(executor(s))
+    try:
+        if until_ms is None:
+            env.run()
+        else:
+            env.run(until=until_ms)
+    finally:
+        if bar is not None:
+            bar.close()
+    stuck = None
+    if len(pipeline.exited) < len(queries):
+        unfinished = [q.qid for q in queries if not q.done]
+        stuck = (
+            f"{len(unfinished)} of {len(queries)} queries never finished (first ids {unfinished[:10]}); "
+            + pipeline.stuck_report()
+        )
+    return SimResult(queries, pipeline, env.now, time.perf_counter() - t0, device.busy_time, stuck)

@@ -1,0 +1,22 @@
+"""Workloads: query arrival times and input lengths (see :mod:`dvasim.workload.config` for the TOML keys)."""
+
+from __future__ import annotations
+
+from dvasim.workload.arrivals import poisson_arrivals, stepping_arrivals, stepping_rates, uniform_arrivals
+from dvasim.workload.config import ALLOWED_KEYS, KINDS, Workload, length_rng, workload_from_config
+from dvasim.workload.lengths import glue_path, glue_tasks, load_lengths
+
+__all__ = [
+    "Workload",
+    "workload_from_config",
+    "poisson_arrivals",
+    "uniform_arrivals",
+    "stepping_arrivals",
+    "stepping_rates",
+    "glue_tasks",
+    "glue_path",
+    "load_lengths",
+    "length_rng",
+    "KINDS",
+    "ALLOWED_KEYS",
+]

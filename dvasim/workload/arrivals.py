@@ -1,0 +1,116 @@
+"""Query arrival processes. All times are in milliseconds; rates in queries per second (QPS).
+
+* ``poisson_arrivals``: a Poisson process started at ``start_ms``: i.i.d. exponential inter-arrival gaps
+  with mean ``1000 / rate_qps`` ms drawn from ``numpy.random.Generator(PCG64(seed))``; the first query arrives
+  one gap after ``start_ms``.
+* ``uniform_arrivals``: a constant interval of ``1000 / rate_qps`` ms; the first query arrives at ``start_ms``.
+* ``stepping_arrivals``: the stepping load of the DVABatch paper (Sec. 8.3): the load starts low (66 QPS)
+  and is raised every ``step_queries`` (2000) queries until it reaches ``end_qps`` (4000 QPS) after 30000
+  queries. The paper does not give the intermediate levels; we use **geometric** steps: with
+  ``n_steps = ceil(n_queries / step_queries)`` levels, level ``k`` (queries ``k*step_queries`` ..
+  ``(k+1)*step_queries - 1``) runs at ``start_qps * (end_qps / start_qps) ** (k / (n_steps - 1))``, so the last
+  level is exactly ``end_qps`` (with the defaults, 16 levels, the last starting at query 30000; consecutive
+  levels differ by a factor of about 1.31). Geometric rather than linear because the range spans 60x: linear
+  steps of ~262 QPS would leave only one level in the low-load region. With a single level the rate is
+  ``start_qps``. The gap *before* query ``i`` uses query ``i``'s level: exponential (``poisson=True``,
+  ``Generator(PCG64(seed))``) or constant ``1000 / rate``; arrivals are cumulative sums of the gaps after
+  ``start_ms`` (so the first query arrives one gap after ``start_ms``).
+
+Invalid arguments raise :class:`dvasim.errors.ConfigError` naming the ``workload.<argument>`` field.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dvasim.errors import ConfigError
+
+__all__ = ["poisson_arrivals", "uniform_arrivals", "stepping_arrivals", "stepping_rates"]
+
+
+def _check_rate(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ConfigError(f"workload.{name}", f"must be a number > 0 (queries per second), got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"workload.{name}", f"must be > 0, got {value!r}")
+    return float(value)
+
+
+def _check_count(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"workload.{name}", f"must be an integer > 0, got {value!r}")
+    if value <= 0:
+        raise ConfigError(f"workload.{name}", f"must be an integer > 0, got {value!r}")
+    return int(value)
+
+
+def _check_seed(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ConfigError("workload.seed", f"must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+def _check_start(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ConfigError("workload.start_ms", f"must be a number >= 0 (ms), got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError("workload.start_ms", f"must be a finite number >= 0 (ms), got {value!r}")
+    return float(value)
+
+
+def poisson_arrivals(rate_qps: float, n_queries: int, seed: int, start_ms: float = 0.0) -> np.ndarray:
+    """Arrival times (ms) of ``n_queries`` queries of a Poisson process at ``rate_qps``, after ``start_ms``."""
+    rate = _check_rate("rate_qps", rate_qps)
+    n = _check_count("n_queries", n_queries)
+    rng = np.random.Generator(np.random.PCG64(_check_seed(seed)))
+    gaps = rng.exponential(1000.0 / rate, size=n)
+    return _check_start(start_ms) + np.cumsum(gaps)
+
+
+def uniform_arrivals(rate_qps: float, n_queries: int, start_ms: float = 0.0) -> np.ndarray:
+    """Arrival times (ms): ``start_ms + i * 1000 / rate_qps`` for ``i = 0..n_queries-1``."""
+    rate = _check_rate("rate_qps", rate_qps)
+    n = _check_count("n_queries", n_queries)
+    return _check_start(start_ms) + np.arange(n, dtype=np.float64) * (1000.0 / rate)
+
+
+def stepping_rates(
+    start_qps: float = 66.0, end_qps: float = 4000.0, step_queries: int = 2000, n_queries: int = 32000
+) -> np.ndarray:
+    """The offered rate (QPS) of every query of the stepping load (geometric levels, see module docstring)."""
+    lo = _check_rate("start_qps", start_qps)
+    hi = _check_rate("end_qps", end_qps)
+    step = _check_count("step_queries", step_queries)
+    n = _check_count("n_queries", n_queries)
+    n_steps = -(-n // step)
+    if n_steps == 1:
+        levels = np.array([lo])
+    else:
+        levels = lo * (hi / lo) ** (np.arange(n_steps) / (n_steps - 1))
+        levels[-1] = hi  # exact, free of rounding
+    return levels[np.arange(n) // step]
+
+
+def stepping_arrivals(
+    start_qps: float = 66.0,
+    end_qps: float = 4000.0,
+    step_queries: int = 2000,
+    n_queries: int = 32000,
+    seed: int = 0,
+    poisson: bool = True,
+    start_ms: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(arrival times in ms, offered rate in QPS per query) of the DVABatch stepping load."""
+    rates = stepping_rates(start_qps, end_qps, step_queries, n_queries)
+    if not isinstance(poisson, bool | np.bool_):
+        raise ConfigError("workload.poisson", f"must be true or false, got {poisson!r}")
+    mean_gaps = 1000.0 / rates
+    if poisson:
+        rng = np.random.Generator(np.random.PCG64(_check_seed(seed)))
+        gaps = rng.exponential(1.0, size=len(rates)) * mean_gaps
+    else:
+        _check_seed(seed)
+        gaps = mean_gaps
+    return _check_start(start_ms) + np.cumsum(gaps), rates

@@ -1,0 +1,226 @@
+"""The :class:`Workload` (arrival times + input lengths) and its construction from a ``[workload]`` TOML table.
+
+``[workload]`` keys (``kind`` is required):
+
+=============  ===========================================================================================
+kind           ``"poisson"`` | ``"uniform"`` | ``"explicit"`` | ``"stepping"``
+poisson        ``rate_qps`` (> 0), ``n_queries`` (int > 0), ``seed`` (int >= 0, default 0), ``start_ms`` (>= 0, default 0)
+uniform        ``rate_qps``, ``n_queries``, ``start_ms``; ``seed`` (only used to sample lengths)
+explicit       ``arrivals_ms`` (list of numbers >= 0, any order: sorted with a stable permutation that is
+               also applied to ``seq_lens``), optional ``seq_lens`` (list of ints >= 1, same length), ``seed``
+stepping       ``start_qps`` (66), ``end_qps`` (4000), ``step_queries`` (2000), ``n_queries`` (32000), ``seed``
+               (0), ``poisson`` (true), ``start_ms`` (0); see :func:`dvasim.workload.arrivals.stepping_arrivals`
+lengths        ``seq_len = N`` (constant) or ``seq_len_dist = "glue:RTE"`` / ``"path/to/lengths.csv"`` (sampled
+               i.i.d. with replacement); not both. For ``explicit`` with ``seq_lens`` neither may be given.
+=============  ===========================================================================================
+
+Random streams: arrivals use ``Generator(PCG64(seed))``; sampled lengths use an independent stream,
+``Generator(PCG64(SeedSequence(seed, spawn_key=(1,))))`` (== ``SeedSequence(seed).spawn(2)[1]``), so changing
+the length distribution never changes the arrival times. The same section and seed give identical arrays.
+
+If the model has no sequence dimension (``needs_seq_len=False``) all lengths are 1 and ``seq_len`` /
+``seq_len_dist`` are ignored (not even loaded; explicit ``seq_lens`` are still checked for alignment).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dvasim.errors import ConfigError, WorkloadError
+from dvasim.workload.arrivals import (
+    _check_count,
+    _check_rate,
+    _check_seed,
+    _check_start,
+    poisson_arrivals,
+    stepping_arrivals,
+    uniform_arrivals,
+)
+from dvasim.workload.lengths import load_lengths
+
+__all__ = ["Workload", "workload_from_config", "KINDS", "ALLOWED_KEYS", "length_rng"]
+
+_LEN_KEYS = ("seq_len", "seq_len_dist")
+ALLOWED_KEYS: dict[str, tuple[str, ...]] = {
+    "poisson": ("kind", "rate_qps", "n_queries", "seed", "start_ms", *_LEN_KEYS),
+    "uniform": ("kind", "rate_qps", "n_queries", "seed", "start_ms", *_LEN_KEYS),
+    "explicit": ("kind", "arrivals_ms", "seq_lens", "seed", *_LEN_KEYS),
+    "stepping": ("kind", "start_qps", "end_qps", "step_queries", "n_queries", "seed", "poisson", "start_ms", *_LEN_KEYS),
+}
+KINDS = tuple(ALLOWED_KEYS)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Queries to serve: arrival time (ms) and input length of each, in arrival order.
+
+    Arrays are converted to float64 / int64 and made read-only. ``WorkloadError`` if invalid.
+    """
+
+    arrivals_ms: np.ndarray
+    seq_lens: np.ndarray
+    description: str = ""
+
+    def __post_init__(self):
+        arr = np.array(self.arrivals_ms, dtype=np.float64, copy=True)
+        raw_lens = np.asarray(self.seq_lens)
+        if arr.ndim != 1 or arr.size == 0:
+            raise WorkloadError("workload.arrivals_ms", f"must be a non-empty 1-D array, got shape {arr.shape}")
+        if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+            raise WorkloadError("workload.arrivals_ms", "must be finite and >= 0 (ms)")
+        if np.any(np.diff(arr) < 0):
+            i = int(np.flatnonzero(np.diff(arr) < 0)[0])
+            raise WorkloadError(
+                "workload.arrivals_ms", f"must be non-decreasing; entry {i + 1} ({arr[i + 1]}) < entry {i} ({arr[i]}); sort them"
+            )
+        if raw_lens.shape != arr.shape:
+            raise WorkloadError(
+                "workload.seq_lens", f"must have one entry per arrival ({arr.size}), got shape {raw_lens.shape}"
+            )
+        if raw_lens.dtype.kind not in "iuf" or (
+            raw_lens.dtype.kind == "f" and (not np.all(np.isfinite(raw_lens)) or np.any(raw_lens != np.round(raw_lens)))
+        ):
+            raise WorkloadError("workload.seq_lens", "must be integers >= 1")
+        lens = raw_lens.astype(np.int64)
+        if np.any(lens < 1):
+            raise WorkloadError("workload.seq_lens", f"must be integers >= 1, got {int(lens.min())}")
+        arr.setflags(write=False)
+        lens.setflags(write=False)
+        object.__setattr__(self, "arrivals_ms", arr)
+        object.__setattr__(self, "seq_lens", lens)
+        object.__setattr__(self, "description", str(self.description))
+
+    def __len__(self) -> int:
+        return int(self.arrivals_ms.size)
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.arrivals_ms.size)
+
+
+def length_rng(seed: int) -> np.random.Generator:
+    """The generator used to sample input lengths (a stream independent of the arrivals' ``PCG64(seed)``)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1,))))
+
+
+def _number_list(key: str, value, *, integer: bool, low: float) -> np.ndarray:
+    what = f"a list of integers >= {low:g}" if integer else f"a list of numbers >= {low:g}"
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence | np.ndarray):
+        raise ConfigError(f"workload.{key}", f"must be {what}, got {type(value).__name__}")
+    items = list(value)
+    if not items:
+        raise ConfigError(f"workload.{key}", f"must be {what} with at least one entry, got an empty list")
+    ok_types = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    for i, x in enumerate(items):
+        if isinstance(x, bool | np.bool_) or not isinstance(x, ok_types):
+            raise ConfigError(f"workload.{key}", f"must be {what}; entry {i} is {x!r}")
+        if not math.isfinite(x) or x < low:
+            raise ConfigError(f"workload.{key}", f"must be {what}; entry {i} is {x!r}")
+    return np.asarray(items, dtype=np.int64 if integer else np.float64)
+
+
+def _positive_int(key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ConfigError(f"workload.{key}", f"must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def workload_from_config(
+    section: Mapping, *, needs_seq_len: bool, base_dir: str | Path | None = None
+) -> Workload:
+    """Build the :class:`Workload` described by a ``[workload]`` table (see the module docstring).
+
+    ``needs_seq_len``: whether the model's latency table has a ``seq_len`` column. ``base_dir``: directory
+    that relative ``seq_len_dist`` paths are resolved against (the config file's directory); default: cwd.
+    """
+    if not isinstance(section, Mapping):
+        raise ConfigError("workload", f"must be a table ([workload] with kind = ...), got {type(section).__name__}")
+    kind = section.get("kind")
+    if kind is None:
+        raise ConfigError("workload.kind", f"missing; set kind = one of {', '.join(repr(k) for k in KINDS)}")
+    if not isinstance(kind, str) or kind not in ALLOWED_KEYS:
+        raise ConfigError("workload.kind", f"must be one of {', '.join(repr(k) for k in KINDS)}, got {kind!r}")
+    allowed = ALLOWED_KEYS[kind]
+    for k in section:
+        if k not in allowed:
+            raise ConfigError(f"workload.{k}", f"unknown key for kind = \"{kind}\"; allowed keys: {', '.join(allowed)}")
+
+    def req(key: str):
+        if key not in section:
+            raise ConfigError(f"workload.{key}", f"missing; kind = \"{kind}\" needs {key}")
+        return section[key]
+
+    seed = _check_seed(section.get("seed", 0))
+    perm = None
+    explicit_lens = None
+    if kind == "poisson":
+        rate = _check_rate("rate_qps", req("rate_qps"))
+        n = _check_count("n_queries", req("n_queries"))
+        start = _check_start(section.get("start_ms", 0.0))
+        arrivals = poisson_arrivals(rate, n, seed, start)
+        desc = f"poisson {rate:g} QPS x {n} queries (seed {seed})"
+    elif kind == "uniform":
+        rate = _check_rate("rate_qps", req("rate_qps"))
+        n = _check_count("n_queries", req("n_queries"))
+        start = _check_start(section.get("start_ms", 0.0))
+        arrivals = uniform_arrivals(rate, n, start)
+        desc = f"uniform {rate:g} QPS x {n} queries"
+    elif kind == "explicit":
+        raw = _number_list("arrivals_ms", req("arrivals_ms"), integer=False, low=0)
+        perm = np.argsort(raw, kind="stable")
+        arrivals = raw[perm]
+        if "seq_lens" in section:
+            lens = _number_list("seq_lens", section["seq_lens"], integer=True, low=1)
+            if lens.size != raw.size:
+                raise ConfigError(
+                    "workload.seq_lens", f"must have one entry per arrival ({raw.size} in arrivals_ms), got {lens.size}"
+                )
+            if needs_seq_len and any(k in section for k in _LEN_KEYS):
+                raise ConfigError("workload.seq_lens", "give either seq_lens or seq_len / seq_len_dist, not both")
+            explicit_lens = lens[perm]
+        desc = f"explicit {raw.size} arrivals"
+    else:  # stepping
+        start_qps = _check_rate("start_qps", section.get("start_qps", 66.0))
+        end_qps = _check_rate("end_qps", section.get("end_qps", 4000.0))
+        step = _check_count("step_queries", section.get("step_queries", 2000))
+        n = _check_count("n_queries", section.get("n_queries", 32000))
+        poisson = section.get("poisson", True)
+        if not isinstance(poisson, bool):
+            raise ConfigError("workload.poisson", f"must be true or false, got {poisson!r}")
+        start = _check_start(section.get("start_ms", 0.0))
+        arrivals, _ = stepping_arrivals(start_qps, end_qps, step, n, seed, poisson, start)
+        desc = (
+            f"stepping {start_qps:g}->{end_qps:g} QPS every {step} queries x {n} queries "
+            f"({'poisson' if poisson else 'constant gaps'}, seed {seed})"
+        )
+
+    n = arrivals.size
+    if not needs_seq_len:
+        lens = np.ones(n, dtype=np.int64)
+    elif explicit_lens is not None:
+        lens = explicit_lens
+        desc += ", explicit seq_lens"
+    else:
+        if "seq_len" in section and "seq_len_dist" in section:
+            raise ConfigError("workload.seq_len_dist", "set only one of seq_len (constant) or seq_len_dist (distribution)")
+        if "seq_len" in section:
+            c = _positive_int("seq_len", section["seq_len"])
+            lens = np.full(n, c, dtype=np.int64)
+            desc += f", seq_len {c}"
+        elif "seq_len_dist" in section:
+            spec = section["seq_len_dist"]
+            pool = load_lengths(spec, base_dir=base_dir)
+            lens = length_rng(seed).choice(pool, size=n, replace=True)
+            desc += f", seq_len ~ {spec} (seed {seed})"
+        else:
+            raise ConfigError(
+                "workload.seq_len",
+                "the model's latency table has a seq_len column, so queries need input lengths: "
+                "set seq_len = N or seq_len_dist = \"glue:RTE\"",
+            )
+    return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc)

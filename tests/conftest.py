@@ -1,0 +1,28 @@
+"""Shared fixtures: synthetic latency tables built with the real LatencyTable class."""
+
+from __future__ import annotations
+
+import itertools
+
+import pandas as pd
+import pytest
+
+from dvasim.calibration.table import LatencyTable
+
+
+def make_table(n_stages, fn, batch_sizes=range(1, 65), seq_lens=None, name="synthetic") -> LatencyTable:
+    """A table whose latency at (stage, b[, L]) is ``fn(stage, b[, L])`` ms."""
+    rows = []
+    for s, b in itertools.product(range(n_stages), batch_sizes):
+        if seq_lens is None:
+            rows.append({"stage": s, "batch_size": b, "latency_ms": float(fn(s, b))})
+        else:
+            for L in seq_lens:
+                rows.append({"stage": s, "batch_size": b, "seq_len": L, "latency_ms": float(fn(s, b, L))})
+    return LatencyTable.from_frame(pd.DataFrame(rows), provenance={"source": "synthetic (tests)"}, name=name)
+
+
+@pytest.fixture
+def flat_table():
+    """Four stages of 1 ms each, at any batch size up to 64 (every stage saturates only at 64)."""
+    return make_table(4, lambda s, b: 1.0)
