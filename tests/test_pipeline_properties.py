@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -159,3 +160,21 @@ def test_one_buffer_pair_is_serial(n_stages, seed, n_queries):
     spans.sort()
     for (_, a1), (b0, _) in zip(spans, spans[1:]):
         assert b0 >= a1 - 1e-9, "two stages ran at once with a single buffer pair"
+
+
+def test_two_buffer_pairs_overlap_stages():
+    """With two buffer pairs, stage executions of different batches do overlap (the parallel manner), and a
+    loaded pipeline finishes sooner than with one pair."""
+    table = make_table(4, lambda s, b: 1.0, batch_sizes=range(1, 9))
+    ends = {}
+    for pairs in (1, 2):
+        pipe = Pipeline(table, ChaosPolicy(5, 1, p_wait=0.0, p_split=0.0, p_stretch=0.0), pairs)
+        spans = []
+        pipe.on_finish.append(lambda ex, spans=spans: spans.append((ex.start, ex.end)))
+        res = simulate(pipe, [0.0] * 20, [1] * 20, sharing="parallel")
+        assert res.stuck is None
+        spans.sort()
+        overlaps = sum(b0 < a1 - 1e-9 for (_, a1), (b0, _) in zip(spans, spans[1:]))
+        ends[pairs] = res.sim_end_ms
+        assert (overlaps > 0) == (pairs > 1)
+    assert ends[1] == pytest.approx(80.0) and ends[2] < ends[1]

@@ -49,6 +49,10 @@ def simulate(
     device = Device(env, sharing, corun_slowdown)
     n_stages = pipeline.n_stages
     queries = [Query(i, float(a), int(s)) for i, (a, s) in enumerate(zip(arrivals_ms, seq_lens))]
+    if len(queries) != len(arrivals_ms) or len(arrivals_ms) != len(seq_lens):
+        raise ValueError("arrivals_ms and seq_lens must have the same length")
+    if any(b.arrival < a.arrival for a, b in zip(queries, queries[1:])):
+        raise ValueError("arrivals_ms must be sorted (non-decreasing)")
     wake = [env.event() for _ in range(n_stages)]
     mailbox: list = [None] * n_stages
     timer_at = [math.inf]
@@ -78,10 +82,15 @@ def simulate(
         poke()
 
     def arrivals():
-        for q in queries:
-            if q.arrival > env.now:
-                yield env.timeout(q.arrival - env.now)
-            pipeline.arrive(q, env.now)
+        # queries with the same arrival time reach the front door together, before it decides
+        k, n = 0, len(queries)
+        while k < n:
+            t = queries[k].arrival
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            while k < n and queries[k].arrival == t:
+                pipeline.arrive(queries[k], env.now)
+                k += 1
             poke()
 
     def executor(stage: int):
