@@ -57,7 +57,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     if profile.seq_lens is not None and len(workload.seq_lens):
         _check_lengths(profile, workload.seq_lens)
     eng = cfg["engine"]
-    pipeline = Pipeline(profile, policy, eng["buffer_pairs"])
+    pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"])
     res = simulate(
         pipeline, workload.arrivals_ms, workload.seq_lens,
         sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"],
@@ -67,7 +67,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     df = records_frame(res.queries, profile.n_stages)
     summary = summarize(df, cfg["qos"]["target_ms"])
     summary.update(
-        policy=policy.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"],
+        policy=policy.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=eng["instances"],
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
         sim_wall_s=res.wall_s, sim_queries_per_wall_s=len(df) / res.wall_s if res.wall_s > 0 else float("nan"),
         n_batches=sum(1 for op in res.pipeline.table.log if op[0] == "new"),

@@ -35,6 +35,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qos": {"target_ms": 200.0},
     "engine": {
         "buffer_pairs": 2,
+        "instances": 1,
         "sharing": "fluid",
         "corun_slowdown": 1.0,
         "launch_overhead_ms": 0.0,
@@ -45,6 +46,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 MODEL_KEYS = {"table": "path of a latency table CSV"}
 ENGINE_KEYS = {
     "buffer_pairs": "number of buffer pairs (1 = serial manner)",
+    "instances": "model instances: parallel chains of stage executors sharing the device",
     "sharing": "device-sharing model: fluid, exclusive or parallel",
     "corun_slowdown": "rate divisor while two or more executions overlap (>= 1)",
     "launch_overhead_ms": "host-side scheduling cost added to every stage launch",
@@ -114,6 +116,9 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     bp = eng["buffer_pairs"]
     if isinstance(bp, bool) or not isinstance(bp, int) or bp < 1:
         raise ConfigError("engine.buffer_pairs", f"must be an integer >= 1, got {bp!r}")
+    ins = eng["instances"]
+    if isinstance(ins, bool) or not isinstance(ins, int) or ins < 1:
+        raise ConfigError("engine.instances", f"must be an integer >= 1, got {ins!r}")
     from dvasim.sim.device import MODES
 
     if eng["sharing"] not in MODES:

@@ -87,11 +87,12 @@ class Monitor:
         pipeline.on_finish.append(self.finish)
 
     def begin(self, ex):
-        s, j = ex.stage, ex.slot
+        s, j = ex.stage, (ex.lane, ex.slot)  # buffers belong to one instance (lane)
         if ex.batch_size > self.max or ex.batch.bs > self.max:
             self.errors.append(f"batch {ex.batch.bid} of size {ex.batch.bs} exceeds {self.max}")
         for other in self.running:
-            o_in, o_out = (other.stage, other.slot), (other.stage + 1, other.slot)
+            oj = (other.lane, other.slot)
+            o_in, o_out = (other.stage, oj), (other.stage + 1, oj)
             mine_in, mine_out = (s, j), (s + 1, j)
             if mine_in == o_out or mine_out in (o_in, o_out):
                 self.errors.append(f"stage {s} pair {j} overlaps a running execution of stage {other.stage}")
@@ -110,7 +111,7 @@ class Monitor:
         self.running.remove(ex)
         for row, q in zip(ex.rows, ex.queries):
             if ex.stage + 1 < self.n:
-                self.unread[(ex.stage + 1, ex.slot, row)] = q.qid
+                self.unread[(ex.stage + 1, (ex.lane, ex.slot), row)] = q.qid
             else:
                 self.exits[q.qid] = self.exits.get(q.qid, 0) + 1
 
@@ -123,13 +124,14 @@ class Monitor:
     n_queries=st.integers(1, 60),
     seed=st.integers(0, 2**31),
     sharing=st.sampled_from(["fluid", "exclusive", "parallel"]),
+    instances=st.integers(1, 2),
 )
-def test_random_meta_operations_are_safe_and_live(n_stages, n_pairs, max_bs, n_queries, seed, sharing):
+def test_random_meta_operations_are_safe_and_live(n_stages, n_pairs, max_bs, n_queries, seed, sharing, instances):
     rng = random.Random(seed)
     costs = {(s, b): rng.uniform(0.05, 2.0) * (1 + b / rng.choice([1, 4, 16])) for s in range(n_stages)
              for b in range(1, 9)}
     table = make_table(n_stages, lambda s, b: costs[(s, b)], batch_sizes=range(1, 9))
-    pipe = Pipeline(table, ChaosPolicy(seed, max_bs), n_pairs)
+    pipe = Pipeline(table, ChaosPolicy(seed, max_bs), n_pairs, instances=instances)
     mon = Monitor(pipe, max_bs)
     arrivals = sorted(rng.uniform(0, 20) if rng.random() < 0.8 else rng.choice([0.0, 5.0, 10.0])
                       for _ in range(n_queries))

@@ -10,9 +10,9 @@ from dvasim.sim.engine import simulate
 from tests.conftest import make_table
 
 
-def run(policy, arrivals, table=None, n_pairs=1):
+def run(policy, arrivals, table=None, n_pairs=1, instances=1):
     table = table or make_table(1, lambda s, b: 10.0, batch_sizes=range(1, 9))
-    pipe = Pipeline(table, policy, n_pairs)
+    pipe = Pipeline(table, policy, n_pairs, instances=instances)
     res = simulate(pipe, arrivals, np.ones(len(arrivals), dtype=int), sharing="exclusive")
     assert res.stuck is None
     return res.queries
@@ -58,9 +58,11 @@ def test_preferred_batch_size_leaves_at_once():
 
 def test_instances_allow_concurrent_batches():
     table = make_table(2, lambda s, b: 5.0, batch_sizes=range(1, 9))
-    qs = run(make_policy("zerobatch", {"max_batch_size": 8, "instances": 2}), [0.0, 1.0], table=table, n_pairs=2)
+    qs = run(make_policy("zerobatch", {"max_batch_size": 8}), [0.0, 1.0], table=table, n_pairs=2, instances=2)
     assert [q.admitted for q in qs] == [0.0, 1.0]
-    qs = run(make_policy("zerobatch", {"max_batch_size": 8, "instances": 1}), [0.0, 1.0], table=table, n_pairs=2)
+    # exclusive device, FIFO by launch: A.s0 [0,5], B.s0 [5,10], A.s1 [10,15], B.s1 [15,20]
+    assert [q.finish for q in qs] == [15.0, 20.0]
+    qs = run(make_policy("zerobatch", {"max_batch_size": 8}), [0.0, 1.0], table=table, n_pairs=2)
     assert [q.admitted for q in qs] == [0.0, 10.0]
 
 

@@ -44,3 +44,22 @@ def test_case3_no_stretch_once_past_t_comp_wait():
     cfg["policy"]["t_comp_wait_ms"] = 0.5  # query 1's batch has been processed for 1T at 5T
     r = dvasim.run(cfg)
     assert r.summary["n_stretch"] == 0 and r.summary["mean_latency_ms"] > 5.25
+
+
+def test_case1_input_diversity_clusters_4T_to_2_5T():
+    base = run("case1_input.toml", {"name": "zerobatch", "max_batch_size": 4})
+    assert base.queries["latency_ms"].tolist() == pytest.approx([4.0] * 4)
+    dva = run("case1_input.toml")
+    assert dva.queries["finish_ms"].tolist() == pytest.approx([2.0, 2.0, 2.0, 4.0])
+    assert dva.summary["mean_latency_ms"] == pytest.approx(2.5)
+    assert dva.summary["n_batches"] == 2
+
+
+def test_case1_with_one_instance_pipelines_the_clusters():
+    cfg = load_toml(EX / "case1_input.toml")
+    cfg["engine"]["instances"] = 1
+    cfg["engine"]["buffer_pairs"] = 2
+    r = dvasim.run(cfg)
+    # short batch (T/2 per stage) first, the long one (T per stage) one stage behind: exits 2T and 4.5T
+    assert r.queries["finish_ms"].tolist() == pytest.approx([2.0, 2.0, 2.0, 4.5])
+    assert r.summary["mean_latency_ms"] == pytest.approx(2.625)

@@ -41,6 +41,7 @@ class Batch:
     splittable: bool = False
     slot: int | None = None  # buffer pair holding the batch's rows, fixed when stage 0 first runs it
     row_offset: int = 0
+    lane: int = 0  # the model instance (chain of executors) the batch runs in
     parent: int | None = None
     first_start: float = math.nan  # when stage 0 first started working on it
     status_map: list[int] = field(default_factory=list)  # queries completed per stage
@@ -229,7 +230,7 @@ class BatchTable:
             qs = b.queries[offset : offset + n]
             child = Batch(
                 self._new_id(), qs, b.created, self.n_stages, splittable=True, slot=b.slot,
-                row_offset=b.row_offset + offset, parent=bid, first_start=b.first_start,
+                row_offset=b.row_offset + offset, lane=b.lane, parent=bid, first_start=b.first_start,
             )
             for k in range(stage + 1):
                 child.status_map[k] = n

@@ -9,6 +9,11 @@ An engine (the SimPy simulator, or the replay on real torch execution) owns time
   *stretch* at the stage boundary (paper Figure 12, ``Schedule``), and batches move to the next batch queue,
 * :meth:`Pipeline.wakeup_time` to know when the front door wants to be called even if nothing else happens.
 
+A pipeline may hold several *instances* (Triton's model instances, ``[engine] instances``): each instance is a
+full chain of stage executors with its own batch queues and buffer pairs, and all of them share the one device
+and the one batch table. A new batch goes to an instance whose first stage is free (else the least loaded one);
+its stretch and split sub-batches stay in that instance.
+
 It never sleeps, never blocks, and imports neither simpy nor torch.
 """
 
@@ -30,6 +35,20 @@ class PolicyError(RuntimeError):
     """A policy returned an operation the mechanism cannot carry out."""
 
 
+class Lane:
+    """One model instance: a chain of stage executors with its batch queues and buffer pairs."""
+
+    def __init__(self, index: int, n_stages: int, n_buffer_pairs: int, record_states: bool):
+        self.index = index
+        self.buffers = BufferPairs(n_stages, n_buffer_pairs)
+        self.executors = [Executor(i, n_stages, self.buffers, record_states) for i in range(n_stages)]
+        self.queues: list[deque[BatchItem]] = [deque() for _ in range(n_stages)]
+        self.batches = 0  # batches of the batch table that live in this lane
+
+    def first_stage_free(self) -> bool:
+        return not self.queues[0] and self.executors[0].state in (ExecutorState.ACTIVE, ExecutorState.INACTIVE)
+
+
 @dataclass(eq=False)
 class Execution:
     """One stage execution: ``batch_size`` queries of one batch through one stage, padded to ``seq_len``."""
@@ -43,6 +62,7 @@ class Execution:
     demand: float
     start: float = math.nan
     end: float = math.nan
+    lane: int = 0
     info: dict = field(default_factory=dict)
 
     @property
@@ -59,14 +79,19 @@ class Execution:
 
 
 class Pipeline:
-    def __init__(self, profile, policy: Policy, n_buffer_pairs: int = 2, record_states: bool = False):
+    def __init__(self, profile, policy: Policy, n_buffer_pairs: int = 2, record_states: bool = False,
+                 instances: int = 1):
+        if instances < 1:
+            raise ValueError("instances must be >= 1")
         self.profile = profile
         self.n_stages = profile.n_stages
         self.n_buffer_pairs = n_buffer_pairs
         self.table = BatchTable(self.n_stages)
-        self.buffers = BufferPairs(self.n_stages, n_buffer_pairs)
-        self.executors = [Executor(i, self.n_stages, self.buffers, record_states) for i in range(self.n_stages)]
-        self.queues: list[deque[BatchItem]] = [deque() for _ in range(self.n_stages)]
+        self.lanes = [Lane(k, self.n_stages, n_buffer_pairs, record_states) for k in range(instances)]
+        # flat views (lane 0 first) for diagnostics and single-instance users
+        self.buffers = self.lanes[0].buffers
+        self.executors = [e for lane in self.lanes for e in lane.executors]
+        self.queues = [q for lane in self.lanes for q in lane.queues]
         self.policy = policy
         self.exited: list[Query] = []
         self.running: dict[int, Execution] = {}
@@ -80,10 +105,23 @@ class Pipeline:
         return self._now
 
     def queue_length(self, stage: int) -> int:
-        return len(self.queues[stage])
+        return sum(len(lane.queues[stage]) for lane in self.lanes)
 
     def stage_idle(self, stage: int) -> bool:
-        return self.executors[stage].state in (ExecutorState.ACTIVE, ExecutorState.INACTIVE) and not self.queues[stage]
+        """True if some instance's executor of ``stage`` is not busy and has nothing queued."""
+        return any(
+            not lane.queues[stage]
+            and lane.executors[stage].state in (ExecutorState.ACTIVE, ExecutorState.INACTIVE)
+            for lane in self.lanes
+        )
+
+    def free_instances(self) -> int:
+        """Instances that hold no batch at all (what Triton's batcher waits for)."""
+        return sum(1 for lane in self.lanes if lane.batches == 0)
+
+    @property
+    def instances(self) -> int:
+        return len(self.lanes)
 
     def active_queries(self) -> int:
         return self.table.n_queries()
@@ -106,32 +144,34 @@ class Pipeline:
         for op in self.policy.admit(now):
             self._apply_front(op, now)
         started: list[Execution] = []
-        progress = True
-        while progress:
-            progress = False
-            for ex, queue in zip(self.executors, self.queues):
-                head = self._resolve_slot(queue[0]) if queue else None
-                if ex.state is ExecutorState.INACTIVE:
-                    progress |= ex.wake(head)
-                if ex.state is ExecutorState.ACTIVE:
-                    progress |= ex.release_owed()
-                    if head is not None and ex.can_pull(head):
-                        queue.popleft()
-                        item = ex.pull(head)
-                        self.table[item.bid].slot = item.slot
-                        if ex.state is ExecutorState.WORKING:
-                            started.append(self._begin(ex.stage, item, now))
+        for lane in self.lanes:
+            progress = True
+            while progress:
+                progress = False
+                for ex, queue in zip(lane.executors, lane.queues):
+                    head = self._resolve_slot(queue[0]) if queue else None
+                    if ex.state is ExecutorState.INACTIVE:
+                        progress |= ex.wake(head)
+                    if ex.state is ExecutorState.ACTIVE:
+                        progress |= ex.release_owed()
+                        if head is not None and ex.can_pull(head):
+                            queue.popleft()
+                            item = ex.pull(head)
+                            self.table[item.bid].slot = item.slot
+                            if ex.state is ExecutorState.WORKING:
+                                started.append(self._begin(lane, ex.stage, item, now))
+                            progress = True
+                    elif ex.state is ExecutorState.CHECKING and ex.retry():
+                        started.append(self._begin(lane, ex.stage, ex.item, now))
                         progress = True
-                elif ex.state is ExecutorState.CHECKING and ex.retry():
-                    started.append(self._begin(ex.stage, ex.item, now))
-                    progress = True
         return started
 
     def finish(self, execution: Execution, now: float) -> None:
         self._now = now
         stage = execution.stage
-        queue = self.queues[stage]
-        item = self.executors[stage].finish(self._resolve_slot(queue[0]) if queue else None)
+        lane = self.lanes[execution.lane]
+        queue = lane.queues[stage]
+        item = lane.executors[stage].finish(self._resolve_slot(queue[0]) if queue else None)
         del self.running[id(execution)]
         execution.end = now
         for q in execution.queries:
@@ -140,6 +180,8 @@ class Pipeline:
             cb(execution)
         done = self.table.complete(item, stage)
         batch = done.batch
+        if batch.bid not in self.table:
+            lane.batches -= 1
         if done.exited:
             for q in done.exited:
                 q.finish = now
@@ -155,7 +197,9 @@ class Pipeline:
                 items = self.table.split(op.bid, list(op.sizes), stage, now)
             except MetaOpError as e:
                 raise PolicyError(f"{self.policy.name}: {e}") from None
+            lane.batches += len(items) - 1
             for it in items:
+                self.table[it.bid].lane = lane.index
                 self._push(stage + 1, it)
             return
         if isinstance(op, Stretch):
@@ -173,13 +217,27 @@ class Pipeline:
         return item
 
     def _push(self, stage: int, item: BatchItem) -> None:
+        lane = self.lanes[self.table[item.bid].lane]
         if stage > 0:
-            self.buffers.pending[stage][item.slot] += 1
-        self.queues[stage].append(item)
+            lane.buffers.pending[stage][item.slot] += 1
+        lane.queues[stage].append(item)
+
+    def _pick_lane(self) -> Lane:
+        free = [lane for lane in self.lanes if lane.batches == 0]
+        if free:
+            return free[0]
+        ready = [lane for lane in self.lanes if lane.first_stage_free()]
+        if ready:
+            return ready[0]
+        return min(self.lanes, key=lambda ln: (len(ln.queues[0]), ln.batches, ln.index))
 
     def _apply_front(self, op, now: float) -> None:
         if isinstance(op, New):
-            self._push(0, self.table.new(list(op.queries), now, splittable=op.splittable))
+            lane = self._pick_lane()
+            item = self.table.new(list(op.queries), now, splittable=op.splittable)
+            self.table[item.bid].lane = lane.index
+            lane.batches += 1
+            self._push(0, item)
         elif isinstance(op, Stretch):
             self._stretch(op, now)
         else:
@@ -191,14 +249,14 @@ class Pipeline:
         except MetaOpError as e:
             raise PolicyError(f"{self.policy.name}: {e}") from None
         # rows added before the batch's first stage started simply join its queued item
-        q0 = self.queues[0]
+        q0 = self.lanes[self.table[op.bid].lane].queues[0]
         for k, queued in enumerate(q0):
             if queued.bid == op.bid and queued.start + queued.num == item.start:
                 q0[k] = replace(queued, num=queued.num + item.num)
                 return
         self._push(0, item)
 
-    def _begin(self, stage: int, item: BatchItem, now: float) -> Execution:
+    def _begin(self, lane: Lane, stage: int, item: BatchItem, now: float) -> Execution:
         batch = self.table[item.bid]
         queries = batch.item_queries(item)
         seq_len = max(q.seq_len for q in queries)
@@ -209,6 +267,7 @@ class Pipeline:
             self.profile.latency(stage, item.num, seq_len),
             self.profile.demand(stage, item.num, seq_len),
             start=now,
+            lane=lane.index,
         )
         for q in queries:
             q.stage_start[stage] = now

@@ -78,6 +78,8 @@ class PipelineView(Protocol):
 
     def active_queries(self) -> int: ...
 
+    def free_instances(self) -> int: ...
+
 
 # ----------------------------------------------------------------------------- base class and registry
 _REGISTRY: dict[str, type[Policy]] = {}

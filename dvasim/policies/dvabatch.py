@@ -150,8 +150,8 @@ class DVABatch(Policy):
     # ------------------------------------------------------------------ Policy I
     def clusters(self, queries: list) -> list[list]:
         """Split queries (any order) into at most ``max_clusters`` groups of similar length, minimising the
-        summed query latency of the groups run side by side on the device (fluid model: a group finishes after
-        ``max(T_group, total device work)``)."""
+        summed query latency of the groups when they run side by side on the device (the fluid sharing model,
+        with each group's mean demand over the stages)."""
         prof = self.view.profile
         qs = sorted(queries, key=lambda q: (q.seq_len, q.qid))
         n = len(qs)
@@ -163,9 +163,8 @@ class DVABatch(Policy):
         best_cost, best = math.inf, [qs]
 
         def group_cost(parts):
-            times = [prof.total(len(g), lens[e - 1]) for g, (_, e) in parts]
-            work = sum(t * _mean_demand(prof, len(g), lens[e - 1]) for t, (g, (_, e)) in zip(times, parts))
-            return sum(len(g) * max(t, work) for t, (g, _) in zip(times, parts))
+            jobs = [(prof.total(len(g), lens[e - 1]), _mean_demand(prof, len(g), lens[e - 1])) for g, (_, e) in parts]
+            return sum(len(g) * t for (g, _), t in zip(parts, fluid_finish_times(jobs)))
 
         def rec(start, k, acc):
             nonlocal best_cost, best
@@ -190,7 +189,7 @@ class DVABatch(Policy):
         return self.max_batch_size
 
     def _first_stage_free(self) -> bool:
-        return self.view.queue_length(0) == 0 and self.view.stage_idle(0)
+        return self.view.stage_idle(0)
 
     def admit(self, now):
         ops = []
@@ -227,6 +226,27 @@ class DVABatch(Policy):
             t = self.pending[0].arrival + self.max_queue_delay_ms
             return t if t > now + EPS else math.inf
         return math.inf
+
+
+def fluid_finish_times(jobs: list[tuple[float, float]]) -> list[float]:
+    """Finish times of jobs ``(standalone_time, demand)`` that all start at 0 and share one device fluidly:
+    all run at full speed while their demands sum to at most 1, else each at rate ``1 / sum(demands)``."""
+    remaining = [t for t, _ in jobs]
+    done = [math.inf] * len(jobs)
+    active = set(range(len(jobs)))
+    now = 0.0
+    while active:
+        total = sum(jobs[k][1] for k in active)
+        rate = 1.0 if total <= 1.0 + EPS else 1.0 / total
+        k_next = min(active, key=lambda k: remaining[k])
+        dt = remaining[k_next] / rate
+        now += dt
+        for k in list(active):
+            remaining[k] -= dt * rate
+            if remaining[k] <= EPS * max(1.0, jobs[k][0]):
+                done[k] = now
+                active.discard(k)
+    return done
 
 
 def _mean_demand(prof, bs, seq_len) -> float:

@@ -1,7 +1,7 @@
 """Triton's dynamic batcher: ZeroBatch (no batch window) and DelayBatch (a tuned maximum queue delay).
 
-Semantics (Triton's ``dynamic_batching``): requests queue at the front door. Whenever a model instance is free (here:
-fewer than ``instances`` batches are in the pipeline), the batcher looks at the queue:
+Semantics (Triton's ``dynamic_batching``): requests queue at the front door. Whenever a model instance is free (an
+instance of the pipeline, ``[engine] instances``, that holds no batch), the batcher looks at the queue:
 
 1. if ``max_batch_size`` requests are waiting, a batch of ``max_batch_size`` leaves at once;
 2. else, if a preferred batch size can be formed, the largest such batch leaves at once;
@@ -27,11 +27,10 @@ class TritonDynamicBatcher(Policy):
         "max_batch_size": "largest batch the batcher forms",
         "preferred_batch_size": "batch sizes that leave at once when they can be formed (int or list)",
         "max_queue_delay_ms": "how long the oldest request may wait for a larger batch",
-        "instances": "model instances: batches that may be in the pipeline at once",
     }
     default_delay_ms = 0.0
 
-    def __init__(self, max_batch_size=64, preferred_batch_size=None, max_queue_delay_ms=None, instances=1):
+    def __init__(self, max_batch_size=64, preferred_batch_size=None, max_queue_delay_ms=None):
         super().__init__()
         self.max_batch_size = check_positive_int("policy.max_batch_size", max_batch_size)
         if preferred_batch_size is None:
@@ -49,7 +48,6 @@ class TritonDynamicBatcher(Policy):
         self.preferred_batch_size = sorted(set(preferred))
         delay = self.default_delay_ms if max_queue_delay_ms is None else max_queue_delay_ms
         self.max_queue_delay_ms = check_nonneg_number("policy.max_queue_delay_ms", delay)
-        self.instances = check_positive_int("policy.instances", instances)
 
     def bind(self, view) -> None:
         super().bind(view)
@@ -60,7 +58,7 @@ class TritonDynamicBatcher(Policy):
             )
 
     def _free(self) -> bool:
-        return len(self.view.table) < self.instances
+        return self.view.free_instances() > 0
 
     def _size_now(self, now: float) -> int:
         n = len(self.pending)
@@ -75,7 +73,7 @@ class TritonDynamicBatcher(Policy):
 
     def admit(self, now: float):
         ops = []
-        while self.pending and len(self.view.table) + len(ops) < self.instances:
+        while self.pending and len(ops) < self.view.free_instances():
             n = self._size_now(now)
             if n == 0:
                 break
@@ -94,10 +92,10 @@ class ZeroBatch(TritonDynamicBatcher):
 
     name = "zerobatch"
 
-    def __init__(self, max_batch_size=64, preferred_batch_size=None, max_queue_delay_ms=0.0, instances=1):
+    def __init__(self, max_batch_size=64, preferred_batch_size=None, max_queue_delay_ms=0.0):
         if max_queue_delay_ms not in (0, 0.0):
             raise ConfigError("policy.max_queue_delay_ms", "zerobatch has no batch window; use delaybatch for a delay > 0")
-        super().__init__(max_batch_size, preferred_batch_size, 0.0, instances)
+        super().__init__(max_batch_size, preferred_batch_size, 0.0)
 
 
 @register

@@ -53,8 +53,9 @@ def simulate(
         raise ValueError("arrivals_ms and seq_lens must have the same length")
     if any(b.arrival < a.arrival for a, b in zip(queries, queries[1:])):
         raise ValueError("arrivals_ms must be sorted (non-decreasing)")
-    wake = [env.event() for _ in range(n_stages)]
-    mailbox: list = [None] * n_stages
+    n_exec = n_stages * pipeline.instances  # one process per stage executor of every instance
+    wake = [env.event() for _ in range(n_exec)]
+    mailbox: list = [None] * n_exec
     timer_at = [math.inf]
 
     bar = None
@@ -66,9 +67,10 @@ def simulate(
     def poke() -> None:
         now = env.now
         for ex in pipeline.step(now):
-            mailbox[ex.stage] = ex
-            ev = wake[ex.stage]
-            wake[ex.stage] = env.event()
+            k = ex.lane * n_stages + ex.stage
+            mailbox[k] = ex
+            ev = wake[k]
+            wake[k] = env.event()
             ev.succeed()
         t = pipeline.wakeup_time()
         if now < t < timer_at[0]:
@@ -93,12 +95,12 @@ def simulate(
                 k += 1
             poke()
 
-    def executor(stage: int):
+    def executor(k: int):
         while True:
-            if mailbox[stage] is None:
-                yield wake[stage]
-            ex = mailbox[stage]
-            mailbox[stage] = None
+            if mailbox[k] is None:
+                yield wake[k]
+            ex = mailbox[k]
+            mailbox[k] = None
             if launch_overhead_ms > 0:
                 yield env.timeout(launch_overhead_ms)
             yield device.run(ex.standalone_ms, ex.demand)
@@ -109,8 +111,8 @@ def simulate(
             poke()
 
     env.process(arrivals())
-    for s in range(n_stages):
-        env.process(executor(s))
+    for k in range(n_exec):
+        env.process(executor(k))
     try:
         if until_ms is None:
             env.run()
