@@ -35,9 +35,9 @@ def versions() -> dict[str, str]:
 
 
 def load_profile(model_cfg: dict[str, Any]):
-    from dvasim.calibration.table import LatencyTable
+    from dvasim.calibration.models import resolve_model
 
-    return LatencyTable.load(model_cfg["table"])
+    return resolve_model(model_cfg).table
 
 
 def run(config, overrides: list[str] | None = None, progress: bool | None = None) -> RunResult:
@@ -67,7 +67,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     df = records_frame(res.queries, profile.n_stages)
     summary = summarize(df, cfg["qos"]["target_ms"])
     summary.update(
-        policy=policy.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=eng["instances"],
+        policy=policy.name, model=profile.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=eng["instances"],
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
         sim_wall_s=res.wall_s, sim_queries_per_wall_s=len(df) / res.wall_s if res.wall_s > 0 else float("nan"),
         n_batches=sum(1 for op in res.pipeline.table.log if op[0] == "new"),
@@ -110,7 +110,7 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True) -
 
         latency_figure(
             result.queries, out / "latency.png",
-            title=f"{result.summary.get('policy')} on {Path(result.config['model']['table']).stem}",
+            title=f"{result.summary.get('policy')} on {result.summary.get('model', '')}",
             qos_target_ms=result.summary.get("qos_target_ms"),
         )
     return out

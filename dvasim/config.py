@@ -3,6 +3,7 @@
 Sections and keys::
 
     [model]     table = "path.csv"            # a latency table (stage,batch_size,latency_ms[,seq_len])
+                or name = "bert_base", device = "titanrtx" | "a100" | "h100" | "cpu", stages = 4
     [policy]    name = "delaybatch"           # any registered policy; its other keys are its parameters
     [workload]  kind = "poisson" | "uniform" | "explicit" | "stepping", ...   (see dvasim.workload)
     [qos]       target_ms = 200
@@ -43,7 +44,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
-MODEL_KEYS = {"table": "path of a latency table CSV"}
 ENGINE_KEYS = {
     "buffer_pairs": "number of buffer pairs (1 = serial manner)",
     "instances": "model instances: parallel chains of stage executors sharing the device",
@@ -104,12 +104,16 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
             raise ConfigError(section, f"[{section}] must be a table of keys")
     cfg = {s: {**DEFAULTS[s], **raw.get(s, {})} for s in SECTIONS}
     cfg["base_dir"] = base_dir or str(Path.cwd())
+    from dvasim.calibration.models import KEYS as MODEL_KEYS
+
     _check_keys("model", cfg["model"], MODEL_KEYS)
     _check_keys("engine", cfg["engine"], ENGINE_KEYS)
     _check_keys("qos", cfg["qos"], QOS_KEYS)
-    if "table" not in cfg["model"]:
-        raise ConfigError("model.table", 'missing; set table = "path/to/latency.csv" (e.g. traces/default/vgg16_titanx_4stages.csv)')
-    cfg["model"]["table"] = str(find_file(cfg["model"]["table"], base_dir, "model.table"))
+    if "table" in cfg["model"]:
+        cfg["model"]["table"] = str(find_file(cfg["model"]["table"], base_dir, "model.table"))
+    elif "name" not in cfg["model"]:
+        raise ConfigError("model", 'missing; set table = "path/to/latency.csv" or name = "bert_base", '
+                                   'device = "titanrtx", stages = 4')
     if not cfg["workload"]:
         raise ConfigError("workload", 'missing section; e.g. [workload] kind = "poisson", rate_qps = 100, n_queries = 1000')
     eng = cfg["engine"]

@@ -207,11 +207,14 @@ class DVABatch(Policy):
         room = self._room()
         if room <= 0:
             return ops
-        if not self.use_input and not self._first_stage_free():
-            return ops  # wait: the queries join the next batch (or stretch the latest one)
         n = len(self.pending)
-        waited = now - self.pending[0].arrival
-        if n < min(room, self.max_batch_size) and waited < self.max_queue_delay_ms - EPS:
+        free = self._first_stage_free()
+        full = n >= min(room, self.max_batch_size)
+        expired = now - self.pending[0].arrival >= self.max_queue_delay_ms - EPS
+        # Policy I: batches enter independently; the window only bounds the wait while the first stage is busy.
+        # Otherwise a new batch waits for a free first stage (and, with a window, for the window or a full batch).
+        go = (free or full or expired) if self.use_input else (free and (full or expired))
+        if not go:
             return ops
         batch = self.take(min(n, room, self.max_batch_size))
         groups = self.clusters(batch) if self.use_input else [batch]
