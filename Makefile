@@ -15,7 +15,7 @@ $(VENV)/.stamp-run: pyproject.toml
 $(VENV)/.stamp-dev: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,replay]'
 	touch $(VENV)/.stamp-run $@
 
 run: $(VENV)/.stamp-run

@@ -1,0 +1,342 @@
+"""Write the shipped per-operator GPU tables (``traces/gpu/<device>/<model>.csv``) and their validation.
+
+Usage::
+
+    python -m dvasim.calibration.build_gpu_tables            # tables + validation report
+    python -m dvasim.calibration.build_gpu_tables --fit      # also re-run the parameter fits and print them
+
+The tables come from :mod:`dvasim.calibration.gpu_model` (an analytic model; nothing is measured here).
+The published measurements it is checked against live in ``traces/validation/`` (copied with citations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import io
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dvasim.calibration import gpu_model as gm
+
+TABLE_MODELS = ("bert_base", "bert_large", "resnet152", "vgg19", "unet", "linknet")
+TABLE_DEVICES = ("titanrtx", "a100", "h100")
+BATCH_SIZES = tuple(range(1, 65))
+SEQ_LENS = (8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512)
+FIG5_GEMMS = (
+    (3136, 64, 576),
+    (49, 512, 576),
+)  # DVABatch Figure 5: [bs*3136,576]x[576,64], [bs*49,576]x[576,512]
+
+NEXUS_FIT_BS = (1, 8, 32)
+
+#: Largest relative error accepted for a validated published point (the tests use this).
+TOLERANCE = 0.25
+
+
+def _root() -> Path:
+    from dvasim.calibration.table import traces_dir
+
+    return traces_dir()
+
+
+def read_csv_commented(path: Path) -> pd.DataFrame:
+    """Read a CSV whose leading ``#`` lines are provenance comments."""
+    lines = [ln for ln in Path(path).read_text().splitlines() if not ln.startswith("#")]
+    return pd.read_csv(io.StringIO("\n".join(lines)))
+
+
+# --------------------------------------------------------------------------------------------- fitting
+def _fit_grid(predict, measured: np.ndarray, effs, t0s) -> tuple[float, float, float]:
+    """Grid search minimising the RMS of log(predicted / measured). Returns (rms, e_c, t0)."""
+    best = (np.inf, np.nan, np.nan)
+    for e, t0 in itertools.product(effs, t0s):
+        err = np.log(predict(e, t0) / measured)
+        rms = float(np.sqrt(np.mean(err**2)))
+        if rms < best[0]:
+            best = (rms, float(e), float(t0))
+    return best
+
+
+def fit_titanrtx() -> tuple[float, float, float]:
+    """e_c and t0 (TF-Serving, unfused kernels) from E2bird Table 1 ResNet-50 (batch 4, 8, 16, 32)."""
+    d = read_csv_commented(_root() / "validation" / "e2bird_table1_titanrtx.csv")
+    d = d[d.model == "resnet50"]
+    base = gm.PARAMS["titanrtx_tf"]
+
+    def pred(e, t0):
+        p = gm.with_params(base, compute_eff=e, kernel_overhead_us=t0)
+        return gm.model_latency_ms("resnet50", list(d.batch_size), gpu="titanrtx", params=p)
+
+    return _fit_grid(pred, d.latency_ms.to_numpy(), np.arange(0.30, 1.001, 0.01), np.arange(1.0, 40.1, 1.0))
+
+
+def fit_titanx_pascal() -> tuple[float, float, float]:
+    """e_c and t0 (Caffe, unfused kernels) from the Nexus VGG-16 profile at batch 1, 8 and 32 only."""
+    d = read_csv_commented(_root() / "validation" / "nexus_vgg16_titanx_pascal.csv").set_index("batch_size")
+    fit_bs = list(NEXUS_FIT_BS)
+    base = gm.PARAMS["titanx_pascal"]
+
+    def pred(e, t0):
+        p = gm.with_params(base, compute_eff=e, kernel_overhead_us=t0)
+        return gm.model_latency_ms("vgg16", fit_bs, gpu="titanx_pascal", params=p)
+
+    return _fit_grid(
+        pred, d.loc[fit_bs, "latency_ms"].to_numpy(), np.arange(0.50, 1.001, 0.01), np.arange(1.0, 200.1, 1.0)
+    )
+
+
+# --------------------------------------------------------------------------------------------- validation
+def validate_e2bird() -> pd.DataFrame:
+    d = read_csv_commented(_root() / "validation" / "e2bird_table1_titanrtx.csv")
+    rows = []
+    for model, g in d.groupby("model", sort=False):
+        pred = gm.model_latency_ms(model, list(g.batch_size), gpu="titanrtx", params="titanrtx_tf")
+        for (bs, meas), p in zip(zip(g.batch_size, g.latency_ms, strict=True), pred, strict=True):
+            rows.append(
+                dict(
+                    source="E2bird Table 1",
+                    gpu="titanrtx",
+                    model=model,
+                    batch_size=int(bs),
+                    metric="latency_ms",
+                    measured=float(meas),
+                    predicted=round(float(p), 3),
+                    used_for_fit=(model == "resnet50"),
+                )
+            )
+    return _with_error(pd.DataFrame(rows))
+
+
+def validate_nexus() -> pd.DataFrame:
+    d = read_csv_commented(_root() / "validation" / "nexus_vgg16_titanx_pascal.csv")
+    pred = gm.model_latency_ms("vgg16", list(d.batch_size), gpu="titanx_pascal", params="titanx_pascal")
+    rows = [
+        dict(
+            source="Nexus TITAN X (Pascal) profile",
+            gpu="titanx_pascal",
+            model="vgg16",
+            batch_size=int(bs),
+            metric="latency_ms",
+            measured=float(m),
+            predicted=round(float(p), 3),
+            used_for_fit=int(bs) in NEXUS_FIT_BS,
+        )
+        for bs, m, p in zip(d.batch_size, d.latency_ms, pred, strict=True)
+    ]
+    return _with_error(pd.DataFrame(rows))
+
+
+# Not stated by the study. 384 (the usual SQuAD length of TensorRT/Triton BERT examples) is the length at which
+# the model matches Table 3; 128 is also reported (validation_a100_alternatives.csv). This choice is a fit.
+A100_BERT_SEQ = 384
+
+
+def validate_a100(
+    precision: str = "tf32", bert_seq_len: int = A100_BERT_SEQ, linknet_size: int | None = None
+) -> pd.DataFrame:
+    """Characterization study (A100): DVABatch peak throughput = max over bs <= 64 of bs / latency(bs);
+    Triton high-load rows (the server is saturated) = collected_bs / latency(collected_bs)."""
+    d = read_csv_commented(_root() / "validation" / "characterization_a100.csv")
+    rows = []
+    for model in ("resnet152", "bert_base", "linknet"):
+        kw: dict = dict(gpu="a100", params="a100", precision=precision)
+        if model == "bert_base":
+            kw["seq_len"] = bert_seq_len
+        if model == "linknet" and linknet_size:
+            kw["image_size"] = linknet_size
+        lat = gm.model_latency_ms(model, BATCH_SIZES, **kw)
+        thr = np.asarray(BATCH_SIZES) / lat * 1e3
+        for r in d[d.model == model].itertuples():
+            if r.system == "dvabatch":
+                rows.append(
+                    dict(
+                        source="Characterization Sec. 3.1 (DVABatch peak)",
+                        gpu="a100",
+                        model=model,
+                        batch_size=int(np.argmax(thr)) + 1,
+                        metric="peak_qps",
+                        measured=float(r.throughput_qps),
+                        predicted=round(float(thr.max()), 1),
+                        used_for_fit=False,
+                    )
+                )
+            elif r.load == "high":
+                b = int(r.collected_bs)
+                rows.append(
+                    dict(
+                        source=f"Characterization Table {dict(resnet152=2, bert_base=3, linknet=4)[model]} "
+                        f"(Triton, MAX-BS {r.max_bs}, high load)",
+                        gpu="a100",
+                        model=model,
+                        batch_size=b,
+                        metric="qps",
+                        measured=float(r.throughput_qps),
+                        predicted=round(float(thr[b - 1]), 1),
+                        used_for_fit=False,
+                    )
+                )
+    out = _with_error(pd.DataFrame(rows))
+    out["precision"] = precision
+    out["assumption"] = f"bert seq_len {bert_seq_len}; linknet {linknet_size or 'default'}px"
+    return out
+
+
+def _with_error(df: pd.DataFrame) -> pd.DataFrame:
+    df["rel_error"] = (df.predicted / df.measured - 1.0).round(4)
+    return df
+
+
+def _classify(df: pd.DataFrame) -> pd.DataFrame:
+    """Mark each point: ``within_tolerance`` and a note for the points reported as misses."""
+    df["within_tolerance"] = df.rel_error.abs() <= TOLERANCE
+    notes = []
+    for r in df.itertuples():
+        note = ""
+        if not r.within_tolerance:
+            if r.model == "vgg16":
+                note = "Caffe measured latency is super-linear at batch 2-4 (bs2 = 2.3x bs1); a throughput model cannot follow"
+            elif r.metric == "qps" and r.model == "resnet152":
+                note = "serving overhead (HTTP, 0.6 MB input per request, Triton) dominates at small batches; model is GPU-only"
+            elif r.model == "linknet":
+                note = (
+                    "input size not stated (model: 256x256; at 512x512 see validation_a100_alternatives.csv); "
+                    "measured Triton throughput falls with batch size (transfer-bound, study Fig. 8)"
+                )
+            else:
+                note = "miss"
+        notes.append(note)
+    df["note"] = notes
+    return df
+
+
+def validation_report() -> pd.DataFrame:
+    return _classify(pd.concat([validate_e2bird(), validate_nexus(), validate_a100()], ignore_index=True))
+
+
+# --------------------------------------------------------------------------------------------- tables
+def _header(device: str, model: str, extra: dict[str, str]) -> list[str]:
+    import torch
+
+    g = gm.GPUS[device]
+    p = gm.PARAMS[device]
+    prec = gm.DEFAULT_PRECISION[device]
+    lines = {
+        "source": f"analytic model dvasim.calibration.gpu_model v{gm.MODEL_VERSION} (modelled, not measured)",
+        "device": f"{g.name} (modelled)",
+        "model": model,
+        "variant": "full",
+        "precision": prec,
+        "spec": f"{g.sms} SMs, {g.peak_tflops[prec]} TFLOPS {prec} peak, {g.dram_gbs} GB/s DRAM ({g.source})",
+        "params": f"e_c={p.compute_eff} e_mem={p.mem_eff} t0_us={p.kernel_overhead_us} blocks_per_sm={p.blocks_per_sm} "
+        f"block={p.block} fusion={p.fusion} ({p.note})",
+        "stage": "operator index 0..n_ops-1 of dvasim.calibration.zoo.build(model, 'full') (op names below)",
+        "torch": torch.__version__,
+        "date": _dt.date.today().isoformat(),
+        "validation": "see traces/gpu/README.md and validation_errors.csv. E2bird Titan RTX ResNet-50/101/152 "
+        "batch 4-32: all 12 points within 16%; Nexus VGG-16 TITAN X (Pascal) batch 1-64: within 25% except batch 2 "
+        "(-36%) and 3 (-31%); A100 vs characterization study: ResNet-152 peak -23% and Triton batch>=16 within 20%, "
+        "BERT-base (seq 384 assumed) within 24%, small-batch ResNet-152 and LinkNet serving throughputs not reproduced",
+    }
+    lines.update(extra)
+    return [f"# {k}: {v}" for k, v in lines.items()]
+
+
+def write_model_table(device: str, model: str, out_dir: Path) -> Path:
+    from dvasim.calibration import zoo
+
+    names = zoo.build(model, "full", device="meta").op_names
+    frames = []
+    seqs = SEQ_LENS if model.startswith("bert") else (None,)
+    for L in seqs:
+        lat = gm.op_latencies_ms(model, BATCH_SIZES, seq_len=L, gpu=device)
+        st, bs = np.meshgrid(np.arange(lat.shape[0]), BATCH_SIZES, indexing="ij")
+        f = pd.DataFrame(
+            {"stage": st.ravel(), "batch_size": bs.ravel(), "latency_ms": np.round(lat.ravel(), 5)}
+        )
+        if L is not None:
+            f["seq_len"] = L
+        frames.append(f)
+    df = pd.concat(frames, ignore_index=True)
+    extra = {"op_names": " ".join(names)}
+    if L is not None:
+        extra["seq_len"] = "sequence length the whole batch is padded to (tokens)"
+    else:
+        m = zoo.build(model, "full", device="meta")
+        extra["input"] = f"3x{m.image_size}x{m.image_size} images"
+    path = out_dir / device / f"{model}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write("\n".join(_header(device, model, extra)) + "\n")
+        df.to_csv(fh, index=False)
+    return path
+
+
+def write_fig5_table(out_dir: Path, device: str = "titanrtx") -> Path:
+    rows = []
+    for i, (m, n, k) in enumerate(FIG5_GEMMS):
+        lat = gm.gemm_latency_ms(m, n, k, BATCH_SIZES, gpu=device)
+        rows += [
+            dict(stage=i, batch_size=b, latency_ms=round(float(v), 5))
+            for b, v in zip(BATCH_SIZES, lat, strict=True)
+        ]
+    path = out_dir / device / "fig5_gemms.csv"
+    extra = {"op_names": "gemm_a=[bs*3136,576]x[576,64] gemm_b=[bs*49,576]x[576,512] (DVABatch Figure 5)"}
+    with open(path, "w") as fh:
+        fh.write("\n".join(_header(device, "fig5_gemms", extra)) + "\n")
+        pd.DataFrame(rows).to_csv(fh, index=False)
+    return path
+
+
+def markdown_tables(rep: pd.DataFrame) -> str:
+    """The per-point validation tables in Markdown (pasted into traces/gpu/README.md)."""
+    out = []
+    for src, g in rep.groupby(rep.source.str.split(" ").str[0], sort=False):
+        out.append(f"\n#### {src}\n")
+        out.append("| source | model | batch | measured | predicted | error | fit? | within 25%? |")
+        out.append("|---|---|---:|---:|---:|---:|:-:|:-:|")
+        for r in g.itertuples():
+            out.append(
+                f"| {r.source} | {r.model} | {r.batch_size} | {r.measured:g} | {r.predicted:g} | "
+                f"{r.rel_error:+.1%} | {'fit' if r.used_for_fit else ''} | {'yes' if r.within_tolerance else '**no**'} |"
+            )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=None, help="traces directory (default: the shipped traces/)")
+    ap.add_argument("--fit", action="store_true", help="re-run the parameter fits and print them")
+    ap.add_argument("--no-tables", action="store_true")
+    args = ap.parse_args(argv)
+    root = args.out or _root()
+    if args.fit:
+        rms, e, t0 = fit_titanrtx()
+        print(f"titanrtx (E2bird Res50, TF unfused): rms_log={rms:.4f} e_c={e:.2f} t0={t0:.0f} us")
+        rms, e, t0 = fit_titanx_pascal()
+        print(f"titanx_pascal (Nexus VGG16 bs 1,8,32, Caffe): rms_log={rms:.4f} e_c={e:.2f} t0={t0:.0f} us")
+    rep = validation_report()
+    extra = [validate_a100(prec, L, S) for prec in ("tf32", "fp16") for L in (128, 384) for S in (None, 512)]
+    alt = pd.concat(extra, ignore_index=True)
+    (root / "gpu").mkdir(parents=True, exist_ok=True)
+    rep.to_csv(root / "gpu" / "validation_errors.csv", index=False)
+    (root / "gpu" / "validation_tables.md").write_text(markdown_tables(rep) + "\n")
+    alt.to_csv(root / "gpu" / "validation_a100_alternatives.csv", index=False)
+    with pd.option_context("display.width", 200, "display.max_rows", 500):
+        print(rep.to_string(index=False))
+        summary = alt.groupby(["precision", "assumption", "model"]).rel_error.agg(
+            lambda e: f"{e.abs().median():.0%}"
+        )
+        print(summary)
+    if not args.no_tables:
+        for device in TABLE_DEVICES:
+            for model in TABLE_MODELS:
+                print("wrote", write_model_table(device, model, root / "gpu"))
+        print("wrote", write_fig5_table(root / "gpu"))
+
+
+if __name__ == "__main__":
+    main()
