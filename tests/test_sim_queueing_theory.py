@@ -77,3 +77,26 @@ def test_delaybatch_saturated_also_reaches_capacity():
     res = simulate(pipe, arrivals, np.ones(n, dtype=int))
     s = summarize(records_frame(res.queries, 1), 1e9)
     assert s["throughput_qps"] == pytest.approx(B / table.total(B) * 1000.0, rel=0.01)
+
+
+def test_closed_loop_single_client_latency_is_service_time():
+    """One client, no think time: each query finds the pipeline empty, so its latency is the model's
+    standalone latency, and queries follow each other back to back."""
+    table = make_table(3, lambda s, b: 1.0 + s, batch_sizes=range(1, 5))
+    pipe = Pipeline(table, make_policy("zerobatch", {"max_batch_size": 4}), 2)
+    res = simulate(pipe, np.zeros(50), np.ones(50, dtype=int), closed_clients=1)
+    lat = np.array([q.latency for q in res.queries])
+    arrivals = np.array([q.arrival for q in res.queries])
+    np.testing.assert_allclose(lat, 6.0)
+    np.testing.assert_allclose(np.diff(arrivals), 6.0)
+
+
+def test_closed_loop_clients_bound_concurrency():
+    table = make_table(1, lambda s, b: 2.0, batch_sizes=range(1, 9))
+    pipe = Pipeline(table, make_policy("zerobatch", {"max_batch_size": 8}), 1)
+    res = simulate(pipe, np.zeros(400), np.ones(400, dtype=int), closed_clients=4, think_ms=1.0)
+    assert res.stuck is None
+    # 4 clients, each cycle = 2 ms service + 1 ms think (they stay in lockstep): throughput 4 / 3 per ms
+    span = max(q.finish for q in res.queries) - min(q.arrival for q in res.queries)
+    assert 400 / span == pytest.approx(4 / 3, rel=0.02)
+    assert max(q.exit_batch_size for q in res.queries) <= 4

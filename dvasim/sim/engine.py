@@ -42,8 +42,14 @@ def simulate(
     launch_overhead_ms: float = 0.0,
     progress: bool = False,
     until_ms: float | None = None,
+    closed_clients: int | None = None,
+    think_ms: float = 0.0,
 ) -> SimResult:
-    """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not."""
+    """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
+
+    With ``closed_clients = c`` the load is a closed loop instead: ``c`` clients each send a query, wait for its
+    answer, think for ``think_ms`` and send the next, until all ``len(seq_lens)`` queries are sent (the given
+    arrival times are then ignored and replaced by the times the queries were sent)."""
     t0 = time.perf_counter()
     env = simpy.Environment()
     device = Device(env, sharing, corun_slowdown)
@@ -51,8 +57,14 @@ def simulate(
     queries = [Query(i, float(a), int(s)) for i, (a, s) in enumerate(zip(arrivals_ms, seq_lens))]
     if len(queries) != len(arrivals_ms) or len(arrivals_ms) != len(seq_lens):
         raise ValueError("arrivals_ms and seq_lens must have the same length")
-    if any(b.arrival < a.arrival for a, b in zip(queries, queries[1:])):
+    if closed_clients is not None:
+        if closed_clients < 1:
+            raise ValueError("closed_clients must be >= 1")
+        for q in queries:
+            q.arrival = math.nan
+    elif any(b.arrival < a.arrival for a, b in zip(queries, queries[1:])):
         raise ValueError("arrivals_ms must be sorted (non-decreasing)")
+    next_closed = [0]
     n_exec = n_stages * pipeline.instances  # one process per stage executor of every instance
     wake = [env.event() for _ in range(n_exec)]
     mailbox: list = [None] * n_exec
@@ -95,6 +107,18 @@ def simulate(
                 k += 1
             poke()
 
+    def closed_clients_send(n: int, delay: float):
+        # ``n`` clients whose answers came back together send their next queries together
+        if delay > 0:
+            yield env.timeout(delay)
+        for _ in range(n):
+            if next_closed[0] < len(queries):
+                q = queries[next_closed[0]]
+                next_closed[0] += 1
+                q.arrival = env.now
+                pipeline.arrive(q, env.now)
+        poke()
+
     def executor(k: int):
         while True:
             if mailbox[k] is None:
@@ -106,11 +130,17 @@ def simulate(
             yield device.run(ex.standalone_ms, ex.demand)
             n_before = len(pipeline.exited)
             pipeline.finish(ex, env.now)
-            if bar is not None and len(pipeline.exited) > n_before:
-                bar.update(len(pipeline.exited) - n_before)
+            n_exited = len(pipeline.exited) - n_before
+            if bar is not None and n_exited:
+                bar.update(n_exited)
+            if closed_clients is not None and n_exited:
+                env.process(closed_clients_send(n_exited, think_ms))
             poke()
 
-    env.process(arrivals())
+    if closed_clients is None:
+        env.process(arrivals())
+    else:
+        env.process(closed_clients_send(closed_clients, 0.0))
     for k in range(n_exec):
         env.process(executor(k))
     try:

@@ -8,6 +8,8 @@ poisson        ``rate_qps`` (> 0), ``n_queries`` (int > 0), ``seed`` (int >= 0, 
 uniform        ``rate_qps``, ``n_queries``, ``start_ms``; ``seed`` (only used to sample lengths)
 explicit       ``arrivals_ms`` (list of numbers >= 0, any order: sorted with a stable permutation that is
                also applied to ``seq_lens``), optional ``seq_lens`` (list of ints >= 1, same length), ``seed``
+closed         ``clients`` (int > 0, default 1), ``n_queries``, ``think_ms`` (>= 0, default 0), ``seed``: a closed
+               loop; each client sends its next query when the previous one is answered (plus think time)
 stepping       ``start_qps`` (66), ``end_qps`` (4000), ``step_queries`` (2000), ``n_queries`` (32000), ``seed``
                (0), ``poisson`` (true), ``start_ms`` (0); see :func:`dvasim.workload.arrivals.stepping_arrivals`
 lengths        ``seq_len = N`` (constant) or ``seq_len_dist = "glue:RTE"`` / ``"path/to/lengths.csv"`` (sampled
@@ -51,6 +53,7 @@ ALLOWED_KEYS: dict[str, tuple[str, ...]] = {
     "uniform": ("kind", "rate_qps", "n_queries", "seed", "start_ms", *_LEN_KEYS),
     "explicit": ("kind", "arrivals_ms", "seq_lens", "seed", *_LEN_KEYS),
     "stepping": ("kind", "start_qps", "end_qps", "step_queries", "n_queries", "seed", "poisson", "start_ms", *_LEN_KEYS),
+    "closed": ("kind", "clients", "n_queries", "think_ms", "seed", *_LEN_KEYS),
 }
 KINDS = tuple(ALLOWED_KEYS)
 
@@ -65,6 +68,8 @@ class Workload:
     arrivals_ms: np.ndarray
     seq_lens: np.ndarray
     description: str = ""
+    closed_clients: int | None = None  # closed loop: arrivals are decided by the engine
+    think_ms: float = 0.0
 
     def __post_init__(self):
         arr = np.array(self.arrivals_ms, dtype=np.float64, copy=True)
@@ -184,6 +189,15 @@ def workload_from_config(
                 raise ConfigError("workload.seq_lens", "give either seq_lens or seq_len / seq_len_dist, not both")
             explicit_lens = lens[perm]
         desc = f"explicit {raw.size} arrivals"
+    elif kind == "closed":
+        clients = _check_count("clients", section.get("clients", 1))
+        n = _check_count("n_queries", req("n_queries"))
+        think = section.get("think_ms", 0.0)
+        if isinstance(think, bool) or not isinstance(think, int | float) or not math.isfinite(think) or think < 0:
+            raise ConfigError("workload.think_ms", f"must be a number >= 0 (ms), got {think!r}")
+        think = float(think)
+        arrivals = np.zeros(n)
+        desc = f"closed loop: {clients} clients x {n} queries, think {think:g} ms"
     else:  # stepping
         start_qps = _check_rate("start_qps", section.get("start_qps", 66.0))
         end_qps = _check_rate("end_qps", section.get("end_qps", 4000.0))
@@ -223,4 +237,7 @@ def workload_from_config(
                 "the model's latency table has a seq_len column, so queries need input lengths: "
                 "set seq_len = N or seq_len_dist = \"glue:RTE\"",
             )
+    if kind == "closed":
+        return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc, closed_clients=clients,
+                        think_ms=think)
     return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc)
