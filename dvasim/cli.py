@@ -1,6 +1,7 @@
 """The ``dvasim`` command line.
 
     dvasim run CONFIG.toml --out DIR [--set section.key=value ...]
+    dvasim compare [--models ...] [--queries N] [--workers W] [--out DIR]
     dvasim profile --model NAME --stages N --device cpu|cuda --batch-sizes 1,2,4 --out FILE.csv   (needs torch)
 
 Errors a user can fix print one line (``dvasim: error: <field>: <what is allowed>``) and exit with status 2.
@@ -47,6 +48,14 @@ def cmd_run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "compare":
+        from dvasim.compare import main as compare_main
+
+        try:
+            return compare_main(argv[1:])
+        except DvasimError as e:
+            print(f"dvasim: error: {e}", file=sys.stderr)
+            return 2
     if argv and argv[0] == "profile":
         try:
             from dvasim.calibration.profiler import cli_profile
@@ -65,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--progress", action="store_true", help="show a progress bar")
     p.add_argument("--no-figure", action="store_true", help="do not write latency.png")
     p.set_defaults(func=cmd_run)
+    sub.add_parser("compare", help="ZeroBatch / DelayBatch / DVABatch on the six models (paper Figs 14, 16)")
     sub.add_parser("profile", help="profile a model's stages into a latency table (needs torch); see dvasim profile -h")
     args = parser.parse_args(argv)
     try:

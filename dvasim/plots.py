@@ -37,3 +37,20 @@ def latency_figure(df: pd.DataFrame, path: str | Path, title: str = "", qos_targ
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def policy_bars(results: pd.DataFrame, metric: str, path: str | Path, title: str = "") -> Path:
+    """Figures 14 / 16 of the paper: ``metric`` per load and policy, one panel per model."""
+    plt, sns = _plt()
+    order = [x for x in ("low", "medium", "high") if x in set(results["load"])]
+    hue = [p for p in ("zerobatch", "delaybatch", "dvabatch") if p in set(results["policy"])]
+    g = sns.catplot(data=results, x="load", y=metric, hue="policy", col="model", kind="bar", order=order,
+                    hue_order=hue, col_wrap=min(3, results["model"].nunique()), sharey=False, height=2.8,
+                    aspect=1.1)
+    g.set_axis_labels("load", metric.replace("_", " "))
+    if title:
+        g.figure.suptitle(title, y=1.02)
+    path = Path(path)
+    g.figure.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(g.figure)
+    return path
