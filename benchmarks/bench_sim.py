@@ -31,7 +31,7 @@ def main() -> None:
     arrivals = poisson_arrivals(rate, args.queries, seed=7)
     lens = [1] * args.queries
     print(f"table {table.name}: {table.n_stages} stages, capacity at bs={B}: {capacity_qps:.0f} qps; load {rate:.0f} qps")
-    for policy, params in [("zerobatch", {}), ("delaybatch", {"max_queue_delay_ms": 10.0})]:
+    for policy, params in [("zerobatch", {}), ("delaybatch", {"max_queue_delay_ms": 10.0}), ("dvabatch", {})]:
         for sharing in ("fluid", "exclusive"):
             speeds = []
             for _ in range(args.repeats):

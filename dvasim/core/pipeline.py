@@ -30,6 +30,9 @@ from dvasim.core.executor import Executor, ExecutorState
 from dvasim.core.query import Query
 from dvasim.policies.base import New, Policy, Split, Stretch
 
+ACTIVE, CHECKING, WORKING, INACTIVE = (ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING,
+                                       ExecutorState.INACTIVE)
+
 
 class PolicyError(RuntimeError):
     """A policy returned an operation the mechanism cannot carry out."""
@@ -149,19 +152,25 @@ class Pipeline:
             while progress:
                 progress = False
                 for ex, queue in zip(lane.executors, lane.queues):
-                    head = self._resolve_slot(queue[0]) if queue else None
-                    if ex.state is ExecutorState.INACTIVE:
+                    state = ex.state
+                    if state is WORKING:
+                        continue
+                    head = queue[0] if queue else None
+                    if head is not None and head.slot is None:
+                        head = self._resolve_slot(head)
+                    if state is INACTIVE:
                         progress |= ex.wake(head)
-                    if ex.state is ExecutorState.ACTIVE:
-                        progress |= ex.release_owed()
+                    if ex.state is ACTIVE:
+                        if ex.owed:
+                            progress |= ex.release_owed()
                         if head is not None and ex.can_pull(head):
                             queue.popleft()
                             item = ex.pull(head)
                             self.table[item.bid].slot = item.slot
-                            if ex.state is ExecutorState.WORKING:
+                            if ex.state is WORKING:
                                 started.append(self._begin(lane, ex.stage, item, now))
                             progress = True
-                    elif ex.state is ExecutorState.CHECKING and ex.retry():
+                    elif ex.state is CHECKING and ex.retry():
                         started.append(self._begin(lane, ex.stage, ex.item, now))
                         progress = True
         return started

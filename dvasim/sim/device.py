@@ -85,17 +85,17 @@ class Device:
 
     def _reschedule(self) -> None:
         # finish every job that is done (to rounding), then arm a timer for the next finish
-        while True:
-            done = [j for j in self.jobs if j.remaining <= 1e-9 * max(1.0, j.work)]
-            if not done:
-                break
+        jobs = self.jobs
+        if any(j.remaining <= 1e-9 * max(1.0, j.work) for j in jobs):
+            done = [j for j in jobs if j.remaining <= 1e-9 * max(1.0, j.work)]
+            self.jobs = jobs = [j for j in jobs if j.remaining > 1e-9 * max(1.0, j.work)]
             for j in done:
-                self.jobs.remove(j)
                 j.event.succeed()
         self._gen += 1
-        if not self.jobs:
+        if not jobs:
             return
-        nxt = min((j.remaining / r for j, r in zip(self.jobs, self._rates()) if r > 0), default=math.inf)
+        rates = self._rates()
+        nxt = min((j.remaining / r for j, r in zip(jobs, rates) if r > 0), default=math.inf)
         gen = self._gen
         timer = self.env.timeout(max(nxt, 0.0))
         timer.callbacks.append(lambda _ev: self._on_timer(gen))
