@@ -41,7 +41,9 @@ def cmd_run(args) -> int:
     print(f"dvasim run {args.config}: results in {out}/")
     print_summary(result.summary)
     if result.stuck:
-        print(f"dvasim: warning: {result.stuck}", file=sys.stderr)
+        done = result.summary["n_completed"]
+        print(f"dvasim: error: run incomplete ({done} of {result.summary['n_queries']} queries finished; all "
+              f"records kept in {out}/queries.csv): {result.stuck}", file=sys.stderr)
         return 1
     return 0
 

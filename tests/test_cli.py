@@ -128,3 +128,35 @@ def test_missing_config_and_bad_toml(tmp_path):
     broken = write_config(tmp_path, "[model\n")
     code, _, err = cli("run", broken, "--out", tmp_path / "o")
     assert_one_line_error(code, err, "TOML")
+
+
+def test_a_failing_policy_keeps_every_record(tmp_path):
+    """An error in the middle of a run stops it with a message, and every query is still in queries.csv."""
+    from dvasim.policies.base import _REGISTRY, Policy, register
+
+    @register
+    class Broken(Policy):
+        name = "broken-after-50"
+        params = {"max_batch_size": "unused", "max_queue_delay_ms": "unused"}
+
+        def __init__(self, **_):
+            super().__init__()
+
+        def admit(self, now):
+            from dvasim.policies.base import New
+
+            if self.pending and self.pending[0].qid >= 50:
+                raise RuntimeError("policy bug")
+            return [New(self.take(1))] if self.pending and self.view.free_instances() else []
+
+    try:
+        out = tmp_path / "o"
+        rc = main(["run", str(ROOT / "configs/default.toml"), "--out", str(out), "--no-figure",
+                   "--set", "policy.name=broken-after-50", *sum(
+                       [["--set", s] for s in SMALL], [])])
+        assert rc == 1
+        df = pd.read_csv(out / "queries.csv")
+        assert len(df) == 400 and 0 < df["finish_ms"].notna().sum() < 400
+        assert "policy bug" in json.loads((out / "summary.json").read_text())["stuck"]
+    finally:
+        _REGISTRY.pop("broken-after-50", None)

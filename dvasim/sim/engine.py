@@ -44,12 +44,16 @@ def simulate(
     until_ms: float | None = None,
     closed_clients: int | None = None,
     think_ms: float = 0.0,
+    fail_soft: bool = False,
 ) -> SimResult:
     """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
 
     With ``closed_clients = c`` the load is a closed loop instead: ``c`` clients each send a query, wait for its
     answer, think for ``think_ms`` and send the next, until all ``len(seq_lens)`` queries are sent (the given
-    arrival times are then ignored and replaced by the times the queries were sent)."""
+    arrival times are then ignored and replaced by the times the queries were sent).
+
+    An interrupt (Ctrl-C) stops the run and returns what was collected; with ``fail_soft`` so does any error
+    (the result's ``stuck`` says what happened)."""
     t0 = time.perf_counter()
     env = simpy.Environment()
     device = Device(env, sharing, corun_slowdown)
@@ -143,16 +147,23 @@ def simulate(
         env.process(closed_clients_send(closed_clients, 0.0))
     for k in range(n_exec):
         env.process(executor(k))
+    failure = None
     try:
         if until_ms is None:
             env.run()
         else:
             env.run(until=until_ms)
+    except KeyboardInterrupt:
+        failure = f"interrupted at simulated time {env.now:.3f} ms"
+    except Exception as e:  # keep every record collected so far; the caller reports the failure
+        if not fail_soft:
+            raise
+        failure = f"{type(e).__name__} at simulated time {env.now:.3f} ms: {e}"
     finally:
         if bar is not None:
             bar.close()
-    stuck = None
-    if len(pipeline.exited) < len(queries):
+    stuck = failure
+    if failure is None and len(pipeline.exited) < len(queries):
         unfinished = [q.qid for q in queries if not q.done]
         stuck = (
             f"{len(unfinished)} of {len(queries)} queries never finished (first ids {unfinished[:10]}); "
