@@ -2,9 +2,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-OUT    ?= results/default
+OUT    ?= results/compare
 
-.PHONY: run test test-slow bench lint clean
+.PHONY: run run-one test test-slow bench lint clean
 
 $(VENV)/.stamp-run: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,10 @@ $(VENV)/.stamp-dev: pyproject.toml
 	touch $(VENV)/.stamp-run $@
 
 run: $(VENV)/.stamp-run
-	$(VENV)/bin/dvasim run configs/default.toml --out $(OUT)
+	$(VENV)/bin/dvasim compare --out $(OUT)
+
+run-one: $(VENV)/.stamp-run
+	$(VENV)/bin/dvasim run configs/default.toml --out results/default
 
 test: $(VENV)/.stamp-dev
 	$(PY) -m pytest -q
