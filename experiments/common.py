@@ -1,0 +1,226 @@
+"""Shared helpers of the figure scripts (``experiments/fig*.py``): argument parsing, a peak-throughput search that
+can stop the stepping load early, DelayBatch window tuning, Poisson runs, and writing CSV / PNG / tables.
+
+Every script has ``main(argv) -> dict[str, pandas.DataFrame]`` and the same options:
+
+* ``--quick``: a small, fast version (short stepping levels, one or two bisection steps, few queries, a subset
+  of the models) used by ``tests/test_experiments_smoke.py``;
+* ``--out DIR``: where the CSVs and PNGs go (default ``experiments/results``);
+* ``--calib-from CSV``: take each model's tuned DelayBatch window and peak throughputs from a previous
+  ``fig15_peaks.csv`` instead of recomputing them (``--window-from`` is an alias).
+
+Runs are sequential (one worker process): the machines these were run on are shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dvasim import study
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ALL_MODELS = tuple(study.MODELS)
+LAUNCH_OVERHEAD_MS = 0.29  # the paper's measured scheduling overhead (§8.8)
+
+# the quick stepping load: the same 16 geometric levels (66 .. 4000 QPS) as the paper's, 250 queries per level
+QUICK_STEPPING = {"start_qps": 66.0, "end_qps": 4000.0, "step_queries": 250, "n_queries": 4000}
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="small fast version (smoke test)")
+    p.add_argument("--out", type=Path, default=RESULTS, help="output directory (default: experiments/results)")
+    p.add_argument("--calib-from", "--window-from", dest="calib_from", type=Path, default=None,
+                   help="fig15_peaks.csv giving each model's tuned DelayBatch window (and peaks)")
+    p.add_argument("--models", nargs="+", default=None, help="subset of the models")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def parse(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    args = p.parse_args(argv)
+    args.out = Path(args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+# ----------------------------------------------------------------------------- peak throughput
+@dataclass
+class Peak:
+    peak_qps: float
+    bracket: tuple[float, float]
+    levels: pd.DataFrame
+    stepping: pd.DataFrame
+    probes: list[tuple[float, float, bool]]
+    wall_s: float
+
+
+def ladder(quick: bool, step_queries: int | None = None) -> dict[str, Any]:
+    """The full stepping load: the paper's (``study.STEPPING``), or the quick one; ``step_queries`` changes the
+    queries per level and keeps the levels."""
+    full = dict(QUICK_STEPPING if quick else study.STEPPING)
+    if step_queries is not None:
+        n_levels = -(-full["n_queries"] // full["step_queries"])
+        full.update(step_queries=int(step_queries), n_queries=n_levels * int(step_queries))
+    return full
+
+
+def stepping_spec(quick: bool, cap_qps: float | None = None, step_queries: int | None = None) -> dict[str, Any]:
+    """The stepping load, truncated after the first level at or above ``cap_qps`` (same levels, same seeds:
+    ``stepping_rates`` with ``end_qps`` = that level and ``n_queries`` = the levels kept gives the same ladder,
+    and the arrival stream is a prefix of the full one)."""
+    full = ladder(quick, step_queries)
+    if cap_qps is None:
+        return full
+    from dvasim.workload import stepping_rates
+
+    levels = np.unique(stepping_rates(**full))
+    k = int(np.searchsorted(levels, cap_qps))  # first level >= cap
+    if k >= len(levels) - 1:
+        return full
+    return {**full, "end_qps": float(levels[k]), "n_queries": (k + 1) * full["step_queries"]}
+
+
+def peak(model: str, policy: dict[str, Any], *, quick: bool = False, cap_qps: float | None = None, seed: int = 0,
+         refine: int | None = None, refine_queries: int | None = None, step_queries: int | None = None,
+         **cfg_kw) -> Peak:
+    """Peak throughput as :func:`dvasim.study.peak_throughput` defines it (the highest offered rate whose p99 stays
+    within the QoS target: stepping bracket, then bisection at constant-rate Poisson loads).
+
+    ``cap_qps`` stops the stepping load after the first level at or above it (the later levels are all above the
+    bracket); if every level kept is within QoS the full ladder is run instead. ``quick`` uses 250 queries per
+    level, one bisection step of 1,000 queries. ``step_queries`` changes the queries per stepping level (same
+    levels)."""
+    from dvasim.workload import stepping_rates
+
+    t0 = time.perf_counter()
+    refine = (1 if quick else 4) if refine is None else refine
+    refine_queries = (1000 if quick else 4000) if refine_queries is None else refine_queries
+    spec = stepping_spec(quick, cap_qps, step_queries)
+    while True:
+        wl = {"kind": "stepping", "seed": seed, **spec}
+        res = study.run_config(study.make_config(model, policy, wl, **cfg_kw))
+        rates = stepping_rates(**spec)
+        df = res.queries.assign(offered_qps=rates)
+        levels = study.level_stats(df, rates)
+        lo, hi = study.stepping_bracket(levels)
+        full = ladder(quick, step_queries)
+        if math.isfinite(hi) or spec == full:
+            break
+        spec = full  # the cap was too low: run the whole ladder
+    probes = []
+    if math.isfinite(hi):
+        for k in range(refine):
+            mid = math.sqrt(max(lo, 1.0) * hi) if lo > 0 else hi / 2
+            wl = {"kind": "poisson", "rate_qps": mid, "n_queries": refine_queries, "seed": seed + 1 + k}
+            r = study.run_config(study.make_config(model, policy, wl, **cfg_kw))
+            p99 = float(np.percentile(r.queries["latency_ms"].fillna(np.inf).to_numpy(), 99))
+            ok = p99 <= study.QOS_MS
+            probes.append((mid, p99, ok))
+            lo, hi = (mid, hi) if ok else (lo, mid)
+    return Peak(lo, (lo, hi), levels, df, probes, time.perf_counter() - t0)
+
+
+def tune_window(model: str, *, quick: bool = False, windows=None, cap_qps: float | None = None,
+                **cfg_kw) -> pd.DataFrame:
+    """DelayBatch's peak per window (``study.window_candidates`` unless given); ``best`` marks the highest peak
+    (ties: the smaller window), as :func:`dvasim.study.tune_delaybatch` chooses."""
+    if windows is None:
+        windows = study.window_candidates(model, cfg_kw.get("device", "titanrtx"))
+        if quick:
+            windows = windows[1:3]
+    rows = []
+    for w in windows:
+        p = peak(model, {"name": "delaybatch", "max_queue_delay_ms": w}, quick=quick, cap_qps=cap_qps, **cfg_kw)
+        rows.append({"model": model, "max_queue_delay_ms": float(w), "peak_qps": p.peak_qps})
+    df = pd.DataFrame(rows)
+    best = df.sort_values(["peak_qps", "max_queue_delay_ms"], ascending=[False, True]).index[0]
+    df["best"] = df.index == best
+    return df
+
+
+def read_calib(path: Path | None) -> pd.DataFrame | None:
+    if path is None:
+        return None
+    df = pd.read_csv(path)
+    if "model" not in df or "delaybatch_window_ms" not in df:
+        raise SystemExit(f"{path}: expected columns model, delaybatch_window_ms (a fig15_peaks.csv)")
+    return df.set_index("model")
+
+
+def calib_for(model: str, calib: pd.DataFrame | None, *, quick: bool, seed: int = 0) -> dict[str, float]:
+    """``{"window": tuned DelayBatch window, "peak_delaybatch": its peak, "peak_dvabatch": DVABatch's peak}``,
+    from the calibration CSV when it has the model, else computed."""
+    if calib is not None and model in calib.index:
+        row = calib.loc[model]
+        out = {"window": float(row["delaybatch_window_ms"])}
+        for k in ("peak_delaybatch", "peak_dvabatch"):
+            col = f"{k.replace('peak_', 'peak_qps_')}"
+            if col in row and pd.notna(row[col]):
+                out[k] = float(row[col])
+        if len(out) == 3:
+            return out
+    else:
+        tuned = tune_window(model, quick=quick, seed=seed)
+        out = {"window": float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])}
+        out["peak_delaybatch"] = float(tuned.loc[tuned["best"], "peak_qps"].iloc[0])
+    if "peak_delaybatch" not in out:
+        out["peak_delaybatch"] = peak(model, delaybatch(out["window"]), quick=quick, seed=seed).peak_qps
+    if "peak_dvabatch" not in out:
+        out["peak_dvabatch"] = peak(model, {"name": "dvabatch"}, quick=quick, seed=seed,
+                                    cap_qps=4 * out["peak_delaybatch"]).peak_qps
+    return out
+
+
+def delaybatch(window: float) -> dict[str, Any]:
+    return {"name": "delaybatch", "max_queue_delay_ms": float(window)}
+
+
+# ----------------------------------------------------------------------------- constant-rate runs
+def poisson(model: str, policy: dict[str, Any], rate_qps: float, n_queries: int, seed: int = 1,
+            **cfg_kw) -> dict[str, Any]:
+    """Summary of one Poisson run (unfinished queries: NaN latencies are excluded by the summary and counted in
+    ``n_completed``)."""
+    wl = {"kind": "poisson", "rate_qps": float(rate_qps), "n_queries": int(n_queries), "seed": seed}
+    r = study.run_config(study.make_config(model, policy, wl, **cfg_kw))
+    s = r.summary
+    return {"mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
+            "throughput_qps": s["throughput_qps"], "qos_violation_rate": s["qos_violation_rate"],
+            "mean_exit_batch_size": s["mean_exit_batch_size"], "n_stretch": s["n_stretch"],
+            "n_split": s["n_split"], "n_completed": s["n_completed"], "n_queries": s["n_queries"]}
+
+
+# ----------------------------------------------------------------------------- output
+def save(df: pd.DataFrame, out: Path, name: str) -> Path:
+    path = Path(out) / name
+    df.to_csv(path, index=False, float_format="%.6g")
+    return path
+
+
+def show(df: pd.DataFrame, title: str = "", digits: int = 3) -> None:
+    if title:
+        print(f"\n== {title}")
+    with pd.option_context("display.width", 160, "display.max_columns", 30, "display.max_rows", 200):
+        print(df.round(digits).to_string(index=False))
+
+
+def plt_sns():
+    from dvasim.plots import _plt
+
+    return _plt()
+
+
+class Stopwatch:
+    def __init__(self):
+        self.t0 = time.perf_counter()
+
+    def __str__(self) -> str:
+        return f"{time.perf_counter() - self.t0:.1f} s"

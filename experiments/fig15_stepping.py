@@ -1,0 +1,139 @@
+"""Figure 15 (paper §8.3): the six models under the stepping load, DelayBatch (window tuned for peak throughput)
+vs DVABatch; per-query latency against query id with the offered load on a right axis, and the peak throughputs.
+
+Also run: DVABatch behind the same front-door window as the tuned DelayBatch ("dvabatch+window"). In the paper
+DVABatch is a Triton backend, so Triton's batcher (and its window) sits in front of it; our ``dvabatch`` uses
+window 0 for models without input diversity (Policy I's first-stage window for BERT), which is the lead's choice.
+
+Writes ``fig15_peaks.csv`` (one row per model; usable as ``--calib-from`` by the other scripts),
+``fig15_tuning.csv`` (DelayBatch's peak per candidate window), ``fig15_levels.csv`` (mean / p99 latency per
+stepping level), ``fig15_queries.csv.gz`` (every 4th query of the stepping runs), ``fig15_stepping.png`` and
+``fig15_peaks.png``.
+
+    .venv/bin/python experiments/fig15_stepping.py [--quick] [--out DIR] [--window-from fig15_peaks.csv]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+PAPER_GAIN = {"bert_base": 1.4681, "bert_large": 1.37}  # §8.3: +46.81 %, 1.37x; equal peaks for the others
+POLICIES = ("delaybatch", "dvabatch", "dvabatch+window")
+
+
+def policy_dict(name: str, window: float) -> dict:
+    if name == "delaybatch":
+        return common.delaybatch(window)
+    if name == "dvabatch":
+        return {"name": "dvabatch"}
+    return {"name": "dvabatch", "max_queue_delay_ms": float(window)}
+
+
+def main(argv=None) -> dict[str, pd.DataFrame]:
+    p = common.parser(__doc__.split("\n\n")[0])
+    p.add_argument("--every", type=int, default=4, help="keep every k-th query in fig15_queries.csv.gz")
+    args = common.parse(p, argv)
+    models = args.models or (["bert_base", "linknet"] if args.quick else list(common.ALL_MODELS))
+    calib = common.read_calib(args.calib_from)
+    clock = common.Stopwatch()
+    peaks, tuning, levels, queries = [], [], [], []
+    for model in models:
+        if calib is not None and model in calib.index:
+            window = float(calib.loc[model, "delaybatch_window_ms"])
+        else:
+            tuned = common.tune_window(model, quick=args.quick, seed=args.seed)
+            tuning.append(tuned)
+            window = float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])
+        row = {"model": model, "delaybatch_window_ms": window}
+        for name in POLICIES:
+            res = common.peak(model, policy_dict(name, window), quick=args.quick, seed=args.seed)
+            row[f"peak_qps_{name}"] = res.peak_qps
+            row[f"wall_s_{name}"] = res.wall_s
+            lv = res.levels.assign(model=model, policy=name)
+            levels.append(lv)
+            st = res.stepping
+            keep = st.iloc[:: args.every]
+            queries.append(pd.DataFrame({"model": model, "policy": name, "qid": keep.index.to_numpy(),
+                                         "offered_qps": keep["offered_qps"].to_numpy(),
+                                         "latency_ms": keep["latency_ms"].to_numpy()}))
+        row["dva_over_delay"] = row["peak_qps_dvabatch"] / row["peak_qps_delaybatch"]
+        row["dvawin_over_delay"] = row["peak_qps_dvabatch+window"] / row["peak_qps_delaybatch"]
+        row["paper_dva_over_delay"] = PAPER_GAIN.get(model, 1.0)
+        peaks.append(row)
+        print(f"{model}: window {window:.3f} ms, peaks " + ", ".join(
+            f"{n} {row[f'peak_qps_{n}']:.1f}" for n in POLICIES) + f"  [{clock}]", flush=True)
+    peaks = pd.DataFrame(peaks).rename(columns={"peak_qps_dvabatch+window": "peak_qps_dvabatch_window",
+                                                "wall_s_dvabatch+window": "wall_s_dvabatch_window"})
+    levels = pd.concat(levels, ignore_index=True)[["model", "policy", "offered_qps", "n", "mean_latency_ms",
+                                                   "p99_latency_ms", "within_qos"]]
+    queries = pd.concat(queries, ignore_index=True)
+    tuning = pd.concat(tuning, ignore_index=True) if tuning else pd.DataFrame(
+        columns=["model", "max_queue_delay_ms", "peak_qps", "best"])
+    common.save(peaks, args.out, "fig15_peaks.csv")
+    common.save(levels, args.out, "fig15_levels.csv")
+    common.save(tuning, args.out, "fig15_tuning.csv")
+    queries.to_csv(args.out / "fig15_queries.csv.gz", index=False, float_format="%.5g")
+    plot_stepping(queries, args.out / "fig15_stepping.png")
+    plot_peaks(peaks, args.out / "fig15_peaks.png")
+    common.show(peaks[["model", "delaybatch_window_ms", "peak_qps_delaybatch", "peak_qps_dvabatch",
+                       "peak_qps_dvabatch_window", "dva_over_delay", "paper_dva_over_delay"]],
+                "Figure 15: peak throughput (QPS, p99 <= 200 ms)")
+    print(f"total {clock}")
+    return {"peaks": peaks, "levels": levels, "tuning": tuning, "queries": queries}
+
+
+def plot_stepping(q: pd.DataFrame, path: Path) -> None:
+    plt, sns = common.plt_sns()
+    models = list(dict.fromkeys(q["model"]))
+    ncol = min(3, len(models))
+    nrow = -(-len(models) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.6 * nrow), squeeze=False)
+    colors = dict(zip(POLICIES, sns.color_palette("deep", len(POLICIES))))
+    for ax, model in zip(axes.flat, models):
+        d = q[q["model"] == model]
+        for name in POLICIES:
+            e = d[d["policy"] == name]
+            lat = e["latency_ms"].fillna(np.inf).clip(upper=1e4)
+            ax.scatter(e["qid"], lat, s=1.5, color=colors[name], label=name, rasterized=True, alpha=0.6)
+        ax.set_yscale("log")
+        ax.set_ylim(1, 1e4)
+        ax.axhline(200, color="red", ls="--", lw=0.8)
+        ax.set(title=model, xlabel="query id", ylabel="latency (ms)")
+        ax2 = ax.twinx()
+        first = d[d["policy"] == POLICIES[0]]
+        ax2.plot(first["qid"], first["offered_qps"], color="black", lw=1)
+        ax2.set_yscale("log")
+        ax2.set_ylabel("offered load (QPS)")
+        ax2.grid(False)
+    for ax in axes.flat[len(models):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(POLICIES), markerscale=6)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_peaks(peaks: pd.DataFrame, path: Path) -> None:
+    plt, sns = common.plt_sns()
+    long = peaks.melt(id_vars="model", value_vars=["peak_qps_delaybatch", "peak_qps_dvabatch",
+                                                   "peak_qps_dvabatch_window"],
+                      var_name="policy", value_name="peak_qps")
+    long["policy"] = long["policy"].str.replace("peak_qps_", "").str.replace("dvabatch_window", "dvabatch+window")
+    fig, ax = plt.subplots(figsize=(9, 4))
+    sns.barplot(data=long, x="model", y="peak_qps", hue="policy", ax=ax)
+    ax.set(ylabel="peak throughput (QPS)", xlabel="", title="peak throughput under the stepping load (p99 <= 200 ms)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Figure 20 (paper §8.7): BertBase, LinkNet and ResNet152 sliced into 1..20 stages: DVABatch's peak throughput
+and mean latency, with a host-side launch overhead per stage execution of 0.29 ms (the paper's measured
+scheduling overhead, §8.8, used here as a per-stage cost) and of 0 ms.
+
+The slicing is the simulator's time-even slicing of the per-operator tables (a stage costs the sum of its
+operators; slicing breaks no kernel fusion). The only cost of more stages is ``[engine] launch_overhead_ms``, a
+host-side delay before every stage execution during which that executor waits but the GPU may run other stages.
+
+Mean latency is measured twice per point (Poisson, ``--queries`` queries): at a fixed load, 9/10 of DVABatch's
+peak at the model's default stage count (``fixed``; the same offered load for every stage count), and at 9/10
+of the point's own peak (``own``).
+
+Size (to keep the run near ten minutes on a shared 2-core machine): the stepping ladder has the paper's 16
+levels but ``--step-queries`` (default 1000, the paper's is 2000) queries per level, stopped two levels above
+the default-stage peak; 3 bisection steps of 2000 queries (resolution about 4 %).
+
+Writes ``fig20_stages.csv`` and ``fig20_stages.png``.
+
+    .venv/bin/python experiments/fig20_stages.py [--quick] [--out DIR] [--calib-from fig15_peaks.csv]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+PAPER_BEST = {"bert_base": 2, "linknet": 4, "resnet152": 4}  # §8.7
+
+
+def main(argv=None) -> dict[str, pd.DataFrame]:
+    p = common.parser(__doc__.split("\n\n")[0])
+    p.add_argument("--stages", type=int, nargs="+", default=None, help="stage counts (default 1 2 3 4 6 8 12 16 20)")
+    p.add_argument("--overheads", type=float, nargs="+", default=None,
+                   help="launch overheads in ms (default 0.29 0)")
+    p.add_argument("--step-queries", type=int, default=1000, help="queries per stepping level (full mode)")
+    p.add_argument("--queries", type=int, default=None, help="queries per latency run (default 2000; quick 300)")
+    args = common.parse(p, argv)
+    models = args.models or (["resnet152"] if args.quick else ["bert_base", "linknet", "resnet152"])
+    stages = args.stages or ([1, 2, 4] if args.quick else [1, 2, 3, 4, 6, 8, 12, 16, 20])
+    overheads = args.overheads or [common.LAUNCH_OVERHEAD_MS, 0.0]
+    n = args.queries or (300 if args.quick else 2000)
+    calib = common.read_calib(args.calib_from)
+    clock = common.Stopwatch()
+    rows = []
+    for model in models:
+        c = common.calib_for(model, calib, quick=args.quick, seed=args.seed)
+        ref = c["peak_dvabatch"]
+        fixed = 0.9 * ref
+        for ov in overheads:
+            for st in stages:
+                kw = {"stages": st, "engine": {"launch_overhead_ms": ov}}
+                if args.quick:
+                    pk = common.peak(model, {"name": "dvabatch"}, quick=True, seed=args.seed, **kw)
+                else:
+                    pk = peak_reduced(model, args.step_queries, cap=1.5 * ref, seed=args.seed, **kw)
+                own = 0.9 * pk.peak_qps
+                a = common.poisson(model, {"name": "dvabatch"}, fixed, n, seed=1, **kw)
+                b = common.poisson(model, {"name": "dvabatch"}, own, n, seed=1, **kw)
+                rows.append({"model": model, "launch_overhead_ms": ov, "stages": st, "peak_qps": pk.peak_qps,
+                             "fixed_qps": fixed, "mean_latency_fixed_ms": a["mean_latency_ms"],
+                             "p99_latency_fixed_ms": a["p99_latency_ms"], "qos_violation_fixed": a["qos_violation_rate"],
+                             "own_qps": own, "mean_latency_own_ms": b["mean_latency_ms"],
+                             "p99_latency_own_ms": b["p99_latency_ms"], "n_split_fixed": a["n_split"],
+                             "n_stretch_fixed": a["n_stretch"], "peak_wall_s": pk.wall_s})
+                print(f"{model} overhead {ov} stages {st}: peak {pk.peak_qps:.1f}, mean latency "
+                      f"{a['mean_latency_ms']:.2f} ms at {fixed:.0f} QPS  [{clock}]", flush=True)
+    df = pd.DataFrame(rows)
+    best = []
+    for (model, ov), g in df.groupby(["model", "launch_overhead_ms"], sort=False):
+        best.append({"model": model, "launch_overhead_ms": ov,
+                     "best_stages_peak": int(g.loc[g["peak_qps"].idxmax(), "stages"]),
+                     "best_stages_latency_fixed": int(g.loc[g["mean_latency_fixed_ms"].idxmin(), "stages"]),
+                     "paper_best": PAPER_BEST.get(model)})
+    best = pd.DataFrame(best)
+    common.save(df, args.out, "fig20_stages.csv")
+    plot(df, args.out / "fig20_stages.png")
+    common.show(df[["model", "launch_overhead_ms", "stages", "peak_qps", "mean_latency_fixed_ms",
+                    "mean_latency_own_ms"]], "Figure 20: DVABatch peak (QPS) and mean latency (ms) by stage count")
+    common.show(best, "best stage count")
+    print(f"total {clock}")
+    return {"stages": df, "best": best}
+
+
+def peak_reduced(model, step_queries, cap, seed=0, **kw) -> common.Peak:
+    """:func:`common.peak` with ``step_queries`` per level (same 16 levels) and 3 bisections of 2000 queries."""
+    return common.peak(model, {"name": "dvabatch"}, cap_qps=cap, seed=seed, refine=3, refine_queries=2000,
+                       step_queries=step_queries, **kw)
+
+
+def plot(df: pd.DataFrame, path: Path) -> None:
+    plt, sns = common.plt_sns()
+    models = list(dict.fromkeys(df["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4), squeeze=False)
+    pal = sns.color_palette("deep")
+    for ax, model in zip(axes.flat, models):
+        d = df[df["model"] == model]
+        ax2 = ax.twinx()
+        for k, (ov, g) in enumerate(d.groupby("launch_overhead_ms", sort=False)):
+            ls = "-" if ov > 0 else ":"
+            ax.plot(g["stages"], g["peak_qps"], marker="o", color=pal[0], ls=ls, label=f"peak, overhead {ov:g} ms")
+            ax2.plot(g["stages"], g["mean_latency_fixed_ms"], marker="s", color=pal[3], ls=ls,
+                     label=f"mean latency, overhead {ov:g} ms")
+        ax.set(title=model, xlabel="stages", ylabel="peak throughput (QPS)")
+        ax.set_xscale("log")
+        ax.set_xticks(sorted(d["stages"].unique()))
+        ax.set_xticklabels([str(s) for s in sorted(d["stages"].unique())])
+        ax2.set_ylabel("mean latency at fixed load (ms)")
+        ax2.grid(False)
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

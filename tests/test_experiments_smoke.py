@@ -1,0 +1,114 @@
+"""Smoke tests of the figure scripts in ``experiments/``: each runs its ``--quick`` mode in-process (``main(argv)``)
+into a temporary directory; the CSVs must have the expected columns and rows, sane values, and one property per
+figure that the simulator could get wrong."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+EXP = Path(__file__).resolve().parent.parent / "experiments"
+
+
+def load(name: str):
+    if str(EXP) not in sys.path:
+        sys.path.insert(0, str(EXP))
+    spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXP / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return tmp_path_factory.mktemp("experiments")
+
+
+@pytest.fixture(scope="module")
+def fig15(out):
+    """The quick Figure 15 run (bert_base, linknet); its fig15_peaks.csv calibrates the other scripts."""
+    res = load("fig15_stepping").main(["--quick", "--out", str(out)])
+    return res, out / "fig15_peaks.csv"
+
+
+def test_fig15_stepping(fig15, out):
+    res, calib = fig15
+    peaks = pd.read_csv(calib)
+    assert list(peaks["model"]) == ["bert_base", "linknet"]
+    for col in ("delaybatch_window_ms", "peak_qps_delaybatch", "peak_qps_dvabatch", "peak_qps_dvabatch_window"):
+        assert (peaks[col] > 0).all(), col
+    levels = pd.read_csv(out / "fig15_levels.csv")
+    assert set(levels["policy"]) == {"delaybatch", "dvabatch", "dvabatch+window"}
+    assert levels.groupby(["model", "policy"]).size().eq(16).all()  # the 16 levels of the stepping ladder
+    assert levels.loc[levels["offered_qps"] == 66.0, "within_qos"].all()  # the lowest level is always served
+    q = pd.read_csv(out / "fig15_queries.csv.gz")
+    assert (q["latency_ms"].dropna() > 0).all()
+    assert (out / "fig15_stepping.png").stat().st_size > 0 and (out / "fig15_peaks.png").stat().st_size > 0
+    # input diversity: DVABatch removes BERT's padding, so its peak is at least DelayBatch's
+    bb = peaks.set_index("model").loc["bert_base"]
+    assert bb["peak_qps_dvabatch"] >= bb["peak_qps_delaybatch"]
+
+
+def test_fig17_glue(fig15, out):
+    _, calib = fig15
+    res = load("fig17_glue").main(["--quick", "--out", str(out), "--calib-from", str(calib)])
+    df = pd.read_csv(out / "fig17_glue.csv")
+    assert list(df["task"]) == ["RTE", "SST-2"] and set(df["model"]) == {"bert_base"}
+    assert (df[["peak_qps_delaybatch", "peak_qps_dvabatch", "mean_len"]] > 0).all().all()
+    # shorter inputs (SST-2, mean 22 tokens) support a higher load than RTE's (mean 54) under both policies
+    d = df.set_index("task")
+    assert d.loc["SST-2", "peak_qps_delaybatch"] > d.loc["RTE", "peak_qps_delaybatch"]
+    assert (df["peak_qps_dvabatch"] >= df["peak_qps_delaybatch"]).all()
+    assert "average" in res
+
+
+def test_fig18_split(fig15, out):
+    _, calib = fig15
+    load("fig18_split").main(["--quick", "--out", str(out), "--calib-from", str(calib)])
+    mean = pd.read_csv(out / "fig18_split_mean.csv")
+    assert len(mean) == 3 * 3  # linknet x 3 loads x 3 policies
+    assert set(mean["policy"]) == {"dvabatch", "dvabatch-split", "delaybatch"}
+    assert (mean["mean_latency_ms"] > 0).all()
+    m = mean.set_index(["load", "policy"])["mean_latency_ms"]
+    # at low load DelayBatch waits out its window while DVABatch (window 0) starts at once
+    assert m[("low", "dvabatch")] < m[("low", "delaybatch")]
+    runs = pd.read_csv(out / "fig18_split.csv")
+    assert (runs.loc[runs["policy"] != "dvabatch-split", "n_split"] == 0).all()
+
+
+def test_fig19_buffer_pairs(fig15, out):
+    _, calib = fig15
+    load("fig19_buffer_pairs").main(["--quick", "--out", str(out), "--calib-from", str(calib)])
+    df = pd.read_csv(out / "fig19_buffer_pairs.csv")
+    assert len(df) == 2 * 2 * 3  # 2 models x 2 loads x buffer pairs 1..3
+    assert (df["mean_latency_ms"] > 0).all()
+    piv = df.pivot_table(index=["model", "load"], columns="buffer_pairs", values="mean_latency_ms")
+    # one buffer pair is the serial manner: stages cannot overlap, so two pairs are faster (bert_base; linknet's
+    # quick "peak" is the top of the short ladder, an overload where latency is all queueing)
+    assert (piv.loc["bert_base", 1] > piv.loc["bert_base", 2]).all()
+
+
+def test_fig20_stages(out):
+    load("fig20_stages").main(["--quick", "--out", str(out)])
+    df = pd.read_csv(out / "fig20_stages.csv")
+    assert len(df) == 2 * 3  # 2 overheads x stages 1, 2, 4 (resnet152)
+    assert (df["peak_qps"] > 0).all() and (df["mean_latency_fixed_ms"] > 0).all()
+    d = df[df["launch_overhead_ms"] == 0.29].set_index("stages")
+    # slicing lets DVABatch stretch batches already running: at the same load 2+ stages beat 1 stage
+    assert d.loc[2, "mean_latency_fixed_ms"] < d.loc[1, "mean_latency_fixed_ms"]
+    assert d.loc[4, "mean_latency_fixed_ms"] < d.loc[1, "mean_latency_fixed_ms"]
+
+
+def test_fig21_closed_loop(out):
+    load("fig21_closed_loop").main(["--quick", "--out", str(out), "--queries", "60"])
+    df = pd.read_csv(out / "fig21_closed_loop.csv")
+    assert len(df) == 6 * 3
+    assert (df["zerobatch_mean_ms"] > 0).all() and (df["n_completed_dvabatch"] == 60).all()
+    # with one client the mechanism adds no waiting: the overhead is exactly (N - 1) launches
+    assert np.allclose(df["overhead_ms"], df["expected_overhead_ms"], atol=1e-6)
+    assert np.allclose(df.loc[df["launch_overhead_ms"] == 0, "overhead_ms"], 0.0, atol=1e-6)
