@@ -60,7 +60,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"])
     res = simulate(
         pipeline, workload.arrivals_ms, workload.seq_lens,
-        sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"],
+        sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"], cores=eng["cores"],
         launch_overhead_ms=eng["launch_overhead_ms"],
         progress=eng["progress"] if progress is None else progress,
         closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True,

@@ -7,7 +7,7 @@ Sections and keys::
     [policy]    name = "delaybatch"           # any registered policy; its other keys are its parameters
     [workload]  kind = "poisson" | "uniform" | "explicit" | "stepping", ...   (see dvasim.workload)
     [qos]       target_ms = 200
-    [engine]    buffer_pairs = 2, sharing = "fluid" | "exclusive" | "parallel",
+    [engine]    buffer_pairs = 2, sharing = "fluid" | "exclusive" | "parallel" | "cores", cores = 2,
                 corun_slowdown = 1.0, launch_overhead_ms = 0.0, progress = false
 
 Relative paths are looked up next to the config file, then in the working directory, then in the project root
@@ -39,6 +39,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "instances": 1,
         "sharing": "fluid",
         "corun_slowdown": 1.0,
+        "cores": 2,
         "launch_overhead_ms": 0.0,
         "progress": False,
     },
@@ -49,6 +50,7 @@ ENGINE_KEYS = {
     "instances": "model instances: parallel chains of stage executors sharing the device",
     "sharing": "device-sharing model: fluid, exclusive or parallel",
     "corun_slowdown": "rate divisor while two or more executions overlap (>= 1)",
+    "cores": 'CPU cores for sharing = "cores" (each execution takes one)',
     "launch_overhead_ms": "host-side scheduling cost added to every stage launch",
     "progress": "show a progress bar",
 }
@@ -120,6 +122,9 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     bp = eng["buffer_pairs"]
     if isinstance(bp, bool) or not isinstance(bp, int) or bp < 1:
         raise ConfigError("engine.buffer_pairs", f"must be an integer >= 1, got {bp!r}")
+    cores = eng["cores"]
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise ConfigError("engine.cores", f"must be an integer >= 1, got {cores!r}")
     ins = eng["instances"]
     if isinstance(ins, bool) or not isinstance(ins, int) or ins < 1:
         raise ConfigError("engine.instances", f"must be an integer >= 1, got {ins!r}")

@@ -55,3 +55,10 @@ def test_bad_mode_and_slowdown():
         Device(env, "magic")
     with pytest.raises(ValueError):
         Device(env, "fluid", 0.5)
+
+
+def test_cores_mode_gives_each_execution_a_core():
+    # two cores: two executions at full speed, a third shares (each at 2/3) until one ends
+    assert finish_times("cores", [(0, 2.0, 0.1), (0, 2.0, 0.1)]) == pytest.approx([2.0, 2.0])
+    # three jobs of work 3 on 2 cores: all at rate 2/3 -> all finish at 4.5
+    assert finish_times("cores", [(0, 3.0, 0.1)] * 3) == pytest.approx([4.5] * 3)

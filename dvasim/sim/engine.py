@@ -45,6 +45,7 @@ def simulate(
     closed_clients: int | None = None,
     think_ms: float = 0.0,
     fail_soft: bool = False,
+    cores: int = 2,
 ) -> SimResult:
     """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
 
@@ -56,7 +57,7 @@ def simulate(
     (the result's ``stuck`` says what happened)."""
     t0 = time.perf_counter()
     env = simpy.Environment()
-    device = Device(env, sharing, corun_slowdown)
+    device = Device(env, sharing, corun_slowdown, cores)
     n_stages = pipeline.n_stages
     queries = [Query(i, float(a), int(s)) for i, (a, s) in enumerate(zip(arrivals_ms, seq_lens))]
     if len(queries) != len(arrivals_ms) or len(arrivals_ms) != len(seq_lens):
