@@ -3,6 +3,8 @@
     dvasim run CONFIG.toml --out DIR [--set section.key=value ...]
     dvasim compare [--models ...] [--queries N] [--workers W] [--out DIR]
     dvasim profile --model NAME --stages N --device cpu|cuda --batch-sizes 1,2,4 --out FILE.csv   (needs torch)
+    dvasim replay CONFIG.toml --out DIR [--loadgen]       real torch execution of the config (needs torch)
+    dvasim validate CONFIG.toml --out DIR [--repeats K]   simulator vs replay: DIR/fidelity.json (needs torch)
 
 Errors a user can fix print one line (``dvasim: error: <field>: <what is allowed>``) and exit with status 2.
 """
@@ -66,6 +68,14 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return cli_profile(argv[1:])
+    if argv and argv[0] in ("replay", "validate"):
+        try:
+            from dvasim.replay.cli import cli_replay, cli_validate
+        except ImportError as e:
+            print(f"dvasim {argv[0]}: error: needs torch ({e}); install the replay extra: pip install 'dvasim[replay]'",
+                  file=sys.stderr)
+            return 2
+        return (cli_replay if argv[0] == "replay" else cli_validate)(argv[1:])
     parser = argparse.ArgumentParser(prog="dvasim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="simulate one config")
@@ -78,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_run)
     sub.add_parser("compare", help="ZeroBatch / DelayBatch / DVABatch on the six models (paper Figs 14, 16)")
     sub.add_parser("profile", help="profile a model's stages into a latency table (needs torch); see dvasim profile -h")
+    sub.add_parser("replay", help="replay a config on real torch execution (needs torch); see dvasim replay -h")
+    sub.add_parser("validate", help="simulate and replay a config, write fidelity.json (needs torch)")
     args = parser.parse_args(argv)
     try:
         return args.func(args)

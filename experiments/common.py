@@ -62,6 +62,11 @@ class Peak:
     probes: list[tuple[float, float, bool]]
     wall_s: float
 
+    @property
+    def at_ladder_top(self) -> bool:
+        """Every stepping level, up to the top (4,000 QPS), was within QoS: the peak is only a lower bound."""
+        return not math.isfinite(self.bracket[1])
+
 
 def ladder(quick: bool, step_queries: int | None = None) -> dict[str, Any]:
     """The full stepping load: the paper's (``study.STEPPING``), or the quick one; ``step_queries`` changes the

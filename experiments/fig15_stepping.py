@@ -56,6 +56,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
             res = common.peak(model, policy_dict(name, window), quick=args.quick, seed=args.seed)
             row[f"peak_qps_{name}"] = res.peak_qps
             row[f"wall_s_{name}"] = res.wall_s
+            row[f"at_ladder_top_{name}"] = res.at_ladder_top
             lv = res.levels.assign(model=model, policy=name)
             levels.append(lv)
             st = res.stepping
@@ -70,7 +71,8 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
         print(f"{model}: window {window:.3f} ms, peaks " + ", ".join(
             f"{n} {row[f'peak_qps_{n}']:.1f}" for n in POLICIES) + f"  [{clock}]", flush=True)
     peaks = pd.DataFrame(peaks).rename(columns={"peak_qps_dvabatch+window": "peak_qps_dvabatch_window",
-                                                "wall_s_dvabatch+window": "wall_s_dvabatch_window"})
+                                                "wall_s_dvabatch+window": "wall_s_dvabatch_window",
+                                                "at_ladder_top_dvabatch+window": "at_ladder_top_dvabatch_window"})
     levels = pd.concat(levels, ignore_index=True)[["model", "policy", "offered_qps", "n", "mean_latency_ms",
                                                    "p99_latency_ms", "within_qos"]]
     queries = pd.concat(queries, ignore_index=True)

@@ -55,7 +55,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     plt, sns = common.plt_sns()
     g = sns.catplot(data=df, x="model", y="mean_latency_ms", hue="buffer_pairs", col="load", kind="bar",
                     height=4, aspect=1.6, sharey=False, palette="crest")
-    g.set_axis_labels("", "mean latency (ms)")
+    g.set(yscale="log")
+    g.set_axis_labels("", "mean latency (ms, log)")
     g.set_xticklabels(rotation=20)
     g.figure.savefig(path, dpi=110)
     plt.close(g.figure)

@@ -20,6 +20,7 @@ def load(name: str):
         sys.path.insert(0, str(EXP))
     spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXP / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
@@ -112,3 +113,17 @@ def test_fig21_closed_loop(out):
     # with one client the mechanism adds no waiting: the overhead is exactly (N - 1) launches
     assert np.allclose(df["overhead_ms"], df["expected_overhead_ms"], atol=1e-6)
     assert np.allclose(df.loc[df["launch_overhead_ms"] == 0, "overhead_ms"], 0.0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_truncated_stepping_gives_the_study_peak():
+    """``common.peak`` with ``cap_qps`` (the stepping load stopped early) finds the same peak as
+    ``dvasim.study.peak_throughput`` (the whole ladder)."""
+    from dvasim import study
+
+    common = load("common")
+    full = study.peak_throughput("resnet152", {"name": "dvabatch"})
+    cut = common.peak("resnet152", {"name": "dvabatch"}, cap_qps=800.0)
+    assert len(cut.stepping) < len(full.stepping)
+    assert cut.peak_qps == pytest.approx(full.peak_qps, rel=1e-9)
+    assert cut.bracket == pytest.approx(full.bracket, rel=1e-9)

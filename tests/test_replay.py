@@ -1,0 +1,311 @@
+"""The replay backend on the CPU: real stage modules driven by the simulator's own control plane.
+
+Every test runs the real small zoo models on real buffers, so a mechanism bug (two batches in one buffer pair
+at once, a pair handed back too early, a wrong row) would show as a wrong output for some query.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections import Counter
+
+import pytest
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+
+from dvasim.cli import main  # noqa: E402
+from dvasim.core.executor import ExecutorState  # noqa: E402
+from dvasim.replay import ReplayStageError, make_engine, prepare, replay, to_run_result  # noqa: E402
+
+A, C, W, INA = ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING, ExecutorState.INACTIVE
+# the transitions of the paper's Figure 11 (and nothing else)
+ALLOWED = {(A, W), (A, C), (C, W), (W, A), (W, INA), (INA, A)}
+
+
+def cfg(model="vgg19", policy="zerobatch", rate=200.0, n=80, pairs=2, stages=3, seed=1, **policy_params):
+    c = {
+        "model": {"name": model, "device": "cpu", "stages": stages},
+        "policy": {"name": policy, "max_batch_size": 8, **policy_params},
+        "workload": {"kind": "poisson", "rate_qps": rate, "n_queries": n, "seed": seed},
+        "engine": {"buffer_pairs": pairs},
+    }
+    if model.startswith("bert"):
+        c["workload"]["seq_len_dist"] = "glue:MRPC"
+    return c
+
+
+def assert_outputs_match(result):
+    """Every query's output equals the unbatched, unpadded model's output for the same input."""
+    setup = result.extra["setup"]
+    outs = result.extra["replay"].outputs
+    assert set(outs) == {q for q in result.queries["query_id"]}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small models: much faster than contended intra-op threads on a busy machine
+    try:
+        with torch.inference_mode():
+            for qid, got in outs.items():
+                want = setup.model.forward(setup.inputs.sample(qid))[0]
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, q=qid: f"query {q}: {m}")
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_replay_completes_every_query_with_correct_outputs():
+    r = replay(cfg("vgg19", "delaybatch", rate=400.0, n=100, max_queue_delay_ms=4.0), record_outputs=True,
+               warmup=0)
+    s = r.summary
+    assert s["n_completed"] == s["n_queries"] == 100
+    assert r.stuck is None
+    assert s["mean_exit_batch_size"] > 1.0  # batches were really formed (the check below covers batching)
+    assert_outputs_match(r)
+    rep = r.extra["replay"]
+    # every query went through every stage exactly once, in order
+    per_query = Counter(q for e in rep.executions for q in e["query_ids"])
+    assert set(per_query.values()) == {3}
+    df = r.queries
+    for st in range(3):
+        assert (df[f"s{st}_finish_ms"] >= df[f"s{st}_start_ms"]).all()
+        if st:
+            assert (df[f"s{st}_start_ms"] >= df[f"s{st - 1}_finish_ms"]).all()
+    assert (df["latency_ms"] > 0).all()
+
+
+def test_stretch_with_longer_newcomers_pads_correctly():
+    """BERT under Policy III: stretched batches merge rows written at different lengths (padding path)."""
+    r = replay(cfg("bert_base", "dvabatch", rate=800.0, n=60, policies=["load"], t_comp_wait_ms=50.0),
+               record_outputs=True, warmup=0)
+    s = r.summary
+    assert s["n_completed"] == 60
+    assert s["n_stretch"] > 0
+    ex = r.extra["replay"].executions
+    assert any(e["row_start"] > 0 for e in ex)  # catch-up executions of stretched rows
+    # some merged execution read rows that an earlier execution had written at a shorter length
+    assert r.extra["setup"].buffers.padded_rows > 0
+    assert_outputs_match(r)
+
+
+def test_split_sub_batches_share_the_parent_pair_correctly():
+    r = replay(cfg("bert_base", "dvabatch-split", rate=600.0, n=60, split_factor=1.0, max_queue_delay_ms=3.0),
+               record_outputs=True, warmup=0)
+    assert r.summary["n_split"] > 0
+    assert r.summary["n_completed"] == 60
+    assert_outputs_match(r)
+
+
+def test_executor_states_follow_the_transition_diagram():
+    r = replay(cfg("vgg19", "dvabatch", rate=500.0, n=80, pairs=2), record_states=True, warmup=0)
+    setup = r.extra["setup"]
+    seen = set()
+    for ex in setup.pipeline.executors:
+        h = ex.history
+        assert h[0] is A
+        steps = set(zip(h, h[1:]))
+        assert steps <= ALLOWED, (ex.stage, steps - ALLOWED)
+        assert (A, W) in steps or (C, W) in steps
+        seen |= steps
+        assert h[-1] in (A, INA)  # nothing left running or waiting
+    assert (W, A) in seen
+
+
+def _overlaps(executions, key_begin, key_end):
+    iv = sorted((e[key_begin], e[key_end], e["stage"]) for e in executions)
+    n = 0
+    for k, (_b, e, s) in enumerate(iv):
+        for b2, _e2, s2 in iv[k + 1:]:
+            if b2 >= e:
+                break
+            if s2 != s:
+                n += 1
+    return n
+
+
+def test_one_buffer_pair_runs_stages_serially_two_pairs_overlap():
+    # zerobatch never overlaps batches (one batch per instance); dvabatch does when the buffers allow it
+    one = replay(cfg("vgg19", "dvabatch", rate=800.0, n=80, pairs=1), warmup=0).extra["replay"].executions
+    assert _overlaps(one, "begin_ms", "end_ms") == 0
+    assert _overlaps(one, "start_ms", "finish_ms") == 0
+    two = replay(cfg("vgg19", "dvabatch", rate=800.0, n=80, pairs=2), warmup=0).extra["replay"].executions
+    assert _overlaps(two, "begin_ms", "end_ms") > 0
+
+
+def test_overload_finishes_without_losing_a_query():
+    r = replay(cfg("vgg19", "zerobatch", rate=20000.0, n=150, pairs=2), warmup=0)
+    s = r.summary
+    assert r.stuck is None
+    assert s["n_completed"] == 150
+    ex = r.extra["replay"].executions
+    last = [q for e in ex if e["stage"] == 2 for q in e["query_ids"]]
+    assert sorted(last) == list(range(150))  # every query left exactly once
+    df = r.queries
+    assert df["latency_ms"].iloc[-1] > df["latency_ms"].iloc[0]  # it did queue
+
+
+class Exploding(torch.nn.Module):
+    def __init__(self, inner, fail_on_call):
+        super().__init__()
+        self.inner, self.fail_on_call, self.calls = inner, fail_on_call, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            raise RuntimeError("injected failure")
+        return self.inner(x)
+
+
+def test_exception_in_a_stage_names_the_stage_and_queries():
+    setup = prepare(cfg("vgg19", "zerobatch", rate=300.0, n=60))
+    setup.stages[1] = Exploding(setup.stages[1], fail_on_call=3)
+    begun = []
+    setup.pipeline.on_begin.append(lambda ex: begun.append((ex.stage, [q.qid for q in ex.queries])))
+    eng = make_engine(setup, warmup=0)
+    with pytest.raises(ReplayStageError) as info:
+        eng.run(setup.workload.arrivals_ms, setup.workload.seq_lens)
+    err = info.value
+    failed = [qids for st, qids in begun if st == 1][2]
+    assert err.stage == 1 and err.query_ids == failed
+    msg = str(err)
+    assert msg.startswith("stage 1 (") and str(failed) in msg and "injected failure" in msg
+    assert err.result is not None and len(err.result.queries) == 60
+    assert not [t for t in threading.enumerate() if t.name.startswith("dvasim-executor")]
+
+
+def test_interrupt_stops_cleanly_and_keeps_records():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT is delivered to the main thread")
+    setup = prepare(cfg("vgg19", "zerobatch", rate=100.0, n=400))  # ~4 s of arrivals
+    eng = make_engine(setup, warmup=0)
+    timer = threading.Timer(0.8, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        res = eng.run(setup.workload.arrivals_ms, setup.workload.seq_lens)
+    finally:
+        timer.cancel()
+    assert res.interrupted
+    done = [q for q in res.queries if q.done]
+    assert 0 < len(done) < 400
+    assert all(q.finish >= q.arrival for q in done)
+    assert not setup.pipeline.running  # the running executions were let finish
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    r = to_run_result(setup, res)
+    assert r.summary["interrupted"] and r.summary["n_completed"] == len(done)
+
+
+def test_same_config_same_schedule_and_inputs():
+    a, b = prepare(cfg("bert_base", n=40)), prepare(cfg("bert_base", n=40))
+    assert (a.workload.arrivals_ms == b.workload.arrivals_ms).all()
+    assert (a.workload.seq_lens == b.workload.seq_lens).all()
+    assert torch.equal(a.inputs.data, b.inputs.data)
+    assert [a.inputs.sample(k).shape[1] for k in range(40)] == list(a.workload.seq_lens)
+    from dvasim.api import run
+
+    sim = run(cfg("bert_base", n=40))
+    assert list(sim.queries["arrival_ms"]) == list(a.workload.arrivals_ms)
+    assert list(sim.queries["seq_len"]) == list(a.workload.seq_lens)
+
+
+def test_cli_replay_writes_the_run_files(tmp_path):
+    conf = tmp_path / "c.toml"
+    conf.write_text("""
+[model]
+name = "vgg19"
+device = "cpu"
+stages = 2
+[policy]
+name = "zerobatch"
+max_batch_size = 8
+[workload]
+kind = "poisson"
+rate_qps = 200
+n_queries = 40
+seed = 4
+""")
+    out = tmp_path / "out"
+    assert main(["replay", str(conf), "--out", str(out)]) == 0
+    for f in ("queries.csv", "summary.json", "config.json", "latency.png"):
+        assert (out / f).is_file(), f
+    s = json.loads((out / "summary.json").read_text())
+    assert s["n_completed"] == 40 and s["engine"] == "replay"
+
+
+def test_cli_replay_errors_are_one_line(tmp_path, capsys):
+    conf = tmp_path / "c.toml"
+    conf.write_text('[model]\ntable = "traces/default/vgg16_titanx_4stages.csv"\n[workload]\nkind = "poisson"\n'
+                    'rate_qps = 10\nn_queries = 5\n')
+    assert main(["replay", str(conf), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dvasim: error: model.table:")
+    assert main(["replay", str(conf), "--out", str(tmp_path / "o"), "--threads", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dvasim replay: error: --threads:")
+
+
+def test_closed_loop_like_the_simulator():
+    c = cfg("vgg19", "zerobatch", n=40)
+    c["workload"] = {"kind": "closed", "clients": 2, "n_queries": 40, "think_ms": 0.5}
+    r = replay(c, warmup=0)
+    df = r.queries
+    assert r.summary["n_completed"] == 40 and r.stuck is None
+    # never more than two queries in the system: each client waits for its answer (plus think time)
+    events = sorted([(a, 1) for a in df["arrival_ms"]] + [(f, -1) for f in df["finish_ms"]])
+    inside = peak = 0
+    for _, d in events:
+        inside += d
+        peak = max(peak, inside)
+    assert peak == 2
+    assert (df["arrival_ms"].iloc[2:].to_numpy() > df["finish_ms"].min()).all()
+
+
+def test_cli_validate_writes_fidelity(tmp_path):
+    conf = tmp_path / "c.toml"
+    conf.write_text("""
+[model]
+name = "vgg19"
+device = "cpu"
+stages = 2
+[policy]
+name = "zerobatch"
+max_batch_size = 8
+[workload]
+kind = "poisson"
+rate_qps = 150
+n_queries = 40
+seed = 5
+[engine]
+sharing = "parallel"
+launch_overhead_ms = 0.3
+""")
+    out = tmp_path / "val"
+    assert main(["validate", str(conf), "--out", str(out), "--repeats", "2", "--set", "workload.seed=6"]) == 0
+    fid = json.loads((out / "fidelity.json").read_text())
+    assert (out / "fidelity.png").is_file() and (out / "sim" / "queries.csv").is_file()
+    assert (out / "replay_1" / "executions.csv").is_file()
+    assert fid["repeats"] == 2 and fid["workload"]["seed"] == 6 and fid["engine"]["launch_overhead_ms"] == 0.3
+    for key in ("mean_latency_ms", "p50_latency_ms", "p99_latency_ms", "throughput_qps"):
+        row = fid["metrics"][key]
+        assert len(row["real"]) == 2
+        mean = sum(row["real"]) / 2
+        assert row["real_mean"] == pytest.approx(mean)
+        assert row["rel_error"] == pytest.approx((row["sim"] - mean) / mean)
+        assert row["real_spread"] == pytest.approx(abs(row["real"][0] - row["real"][1]) / mean)
+    sim = json.loads((out / "sim" / "summary.json").read_text())
+    assert fid["metrics"]["mean_latency_ms"]["sim"] == pytest.approx(sim["mean_latency_ms"])
+    assert fid["metrics"]["p99_latency_ms"]["tolerance"] == 0.2
+    assert fid["metrics"]["mean_latency_ms"]["tolerance"] >= 0.1
+    assert main(["validate", str(conf), "--out", str(out), "--repeats", "0"]) == 2
+
+
+def test_serving_stage_table_profiles_the_replays_stages(tmp_path):
+    from dvasim.calibration.table import LatencyTable
+    from dvasim.replay.validate import serving_stage_table
+
+    c = cfg("vgg19", stages=2)
+    path = serving_stage_table(c, tmp_path / "t.csv", repeats=3, gap_ms=0.2, warmup=1)
+    t = LatencyTable.load(path)
+    assert t.n_stages == 2 and t.max_batch_size == 32
+    for s in range(2):
+        assert 0 < t.latency(s, 1) < t.latency(s, 32)
+    assert "serving" in t.provenance.get("source", "")
