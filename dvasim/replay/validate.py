@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from dvasim import config as cfgmod
+from dvasim.calibration.profiler import CpuMonitor
 
 __all__ = ["validate", "fidelity_table", "format_fidelity", "METRICS", "TARGETS"]
 
@@ -58,42 +59,11 @@ def fidelity_table(sim: dict, reals: list[dict]) -> dict[str, dict[str, Any]]:
     return out
 
 
-class ForeignLoad:
-    """CPU used by *other* processes since construction, in cores (Linux ``/proc``; ``None`` elsewhere)."""
-
-    def __init__(self):
-        self.start = self._read()
-
-    @staticmethod
-    def _read():
-        try:
-            with open("/proc/stat", encoding="ascii") as fh:
-                vals = [int(v) for v in fh.readline().split()[1:9]]
-            with open("/proc/self/stat", encoding="ascii") as fh:
-                text = fh.read()
-            fields = text[text.rindex(")") + 2:].split()
-            own = int(fields[11]) + int(fields[12])  # utime + stime of all our threads (clock ticks)
-        except (OSError, ValueError, IndexError):
-            return None
-        return time.monotonic(), sum(vals) - vals[3] - vals[4], own
-
-    def cores(self) -> float | None:
-        now = self._read()
-        if now is None or self.start is None or now[0] <= self.start[0]:
-            return None
-        ticks = (now[1] - self.start[1]) - (now[2] - self.start[2])
-        return max(0.0, ticks / os.sysconf("SC_CLK_TCK") / (now[0] - self.start[0]))
-
-
 def wait_quiet(max_foreign: float, max_wait_s: float = 120.0, probe_s: float = 1.0) -> float | None:
     """Wait (up to ``max_wait_s``) until other processes use at most ``max_foreign`` cores over ``probe_s``."""
-    deadline = time.monotonic() + max_wait_s
-    while True:
-        mon = ForeignLoad()
-        time.sleep(probe_s)
-        load = mon.cores()
-        if load is None or load <= max_foreign or time.monotonic() >= deadline:
-            return load
+    from dvasim.calibration.profiler import wait_quiet as _wait_quiet
+
+    return _wait_quiet(max_foreign, max_wait=max_wait_s, probe=probe_s)
 
 
 def fresh_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3) -> Path:
@@ -232,9 +202,9 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
         for _attempt in range(1 + (retries if max_foreign is not None else 0)):
             if max_foreign is not None:
                 wait_quiet(max_foreign, max_wait_s)
-            mon = ForeignLoad()
+            mon = CpuMonitor()
             r = replay(cfg, device=device, threads=threads, warmup=warmup)
-            f = mon.cores()
+            f = mon.foreign_cores()
             if best is None or (f is not None and best[1] is not None and f < best[1]):
                 best = (r, f)
             if max_foreign is None or f is None or f <= max_foreign:
