@@ -3,8 +3,10 @@
 
 Method
 ------
-For each small model (3 stages) the script first profiles the real stage modules *now* (the profiler's
-per-stage method, one thread), because this shared virtual machine's speed drifts over hours; then it replays
+For each small model (3 stages) the script first profiles the replay's own stage modules *now*, as the replay
+runs them (``dvasim.replay.validate.serving_stage_table``: TorchScript by default, one thread per stage, stages in
+pipeline order with a pause between rounds), because this shared virtual machine's speed drifts over hours; then
+it replays
 ZeroBatch, where no two stage executions ever overlap, in two settings:
 
 * **closed loop** (one client, no think time; the paper's setting): the executors never idle long;
@@ -21,13 +23,13 @@ launch the script reports
 * ``sched = handoff + bookkeeping``: the **scheduling cost**, comparable to the paper's 0.29 ms;
 * ``copy``: the buffer copies inside the executor (inputs into the first buffer, output rows into the next);
 * ``excess = (finish - start) - table``: everything a launch takes beyond the freshly profiled stage time
-  (scheduling, copies, and the slower execution of a stage whose thread was asleep: cold caches, CPU wake-up).
+  (scheduling, copies, and what the table misses);
+* ``admit``: how late the front door saw a query after its arrival (a timed wait on this VM wakes late), the
+  simulator's ``[engine] admission_delay_ms``.
 
-``excess`` of the open-loop run is what the simulator's ``launch_overhead_ms`` stands for (a fixed delay before
-each stage's device time) when the table was profiled in a hot loop; with a table profiled as the replay runs
-the stages (``dvasim validate --table serving``), the slower execution after an idle spell is in the table and
-``sched + copy`` is the launch overhead. The script prints both per model and overall, and a bare thread
-hand-off microbenchmark for reference.
+``sched + copy`` of the open-loop run is the simulator's ``launch_overhead_ms`` (what
+``dvasim.replay.validate.fit_engine`` fits, and what ``experiments/validation/run_matrix.py --calibrate`` puts
+into the fidelity matrix's configs). The script also prints a bare thread hand-off microbenchmark for reference.
 
 Usage::
 
@@ -94,6 +96,7 @@ def _launch_stats(r, table, stages: int) -> dict:
         "exec_excess_ms": float((comp - c - t).mean()), "excess_ms": float(excess.mean()),
         "excess_ms_p50": float(np.median(excess)), "table_ms": float(t.mean()),
         "mean_latency_ms": float(r.queries["latency_ms"].mean()),
+        "admission_delay_ms": float(r.summary.get("admission_delay_ms_mean", float("nan"))),
     }
 
 
@@ -101,7 +104,7 @@ def measure(model: str, stages: int, queries: int, load: float, tmp: Path) -> di
     from dvasim.api import run
     from dvasim.calibration.table import LatencyTable
     from dvasim.replay import replay
-    from dvasim.replay.validate import fresh_stage_table
+    from dvasim.replay.validate import serving_stage_table
 
     base = {
         "model": {"name": model, "device": "cpu", "stages": stages},
@@ -109,18 +112,18 @@ def measure(model: str, stages: int, queries: int, load: float, tmp: Path) -> di
         "engine": {"buffer_pairs": 2},
     }
     lens = {"seq_len_dist": "glue:MRPC"} if model.startswith("bert") else {}
-    path = fresh_stage_table({**base, "workload": {"kind": "closed", "n_queries": 1}},
-                             tmp / f"{model}_stages.csv")
+    path = serving_stage_table({**base, "workload": {"kind": "closed", "n_queries": 1}},
+                               tmp / f"{model}_stages.csv")
     table = LatencyTable.load(path)
     closed = {**base, "workload": {"kind": "closed", "clients": 1, "n_queries": queries, "think_ms": 0.0,
                                    "seed": 0, **lens}}
-    r_closed = replay(closed, warmup=2)
+    r_closed = replay(closed, warmup=2, table=path)
     cap = {**base, "model": {"table": str(path)},
            "workload": {"kind": "poisson", "rate_qps": 10000.0, "n_queries": 2000, "seed": 0, **lens}}
     capacity = run(cap).summary["throughput_qps"]
     rate = round(load * capacity, 1)
     opened = {**base, "workload": {"kind": "poisson", "rate_qps": rate, "n_queries": queries, "seed": 1, **lens}}
-    r_open = replay(opened, warmup=2)
+    r_open = replay(opened, warmup=2, table=path)
     return {"model": model, "stages": stages, "open_rate_qps": rate,
             "closed": _launch_stats(r_closed, table, stages), "open": _launch_stats(r_open, table, stages)}
 
@@ -147,29 +150,31 @@ def main() -> None:
     for mode in ("closed", "open"):
         print(f"\n{mode} loop{'' if mode == 'closed' else f' ({args.load:.0%} of capacity)'}: ms per stage launch, means")
         print(f"{'model':<11} {'launches':>8} {'table':>7} {'handoff':>8} {'bookkeep':>8} {'sched':>7} {'copy':>7} "
-              f"{'exec+':>7} {'excess':>7}")
+              f"{'exec+':>7} {'excess':>7} {'admit':>7}")
         for r in rows:
             x = r[mode]
             print(f"{r['model']:<11} {x['launches']:>8} {x['table_ms']:>7.3f} {x['handoff_ms']:>8.3f} "
                   f"{x['bookkeeping_ms']:>8.3f} {x['sched_ms']:>7.3f} {x['copy_ms']:>7.3f} {x['exec_excess_ms']:>7.3f} "
-                  f"{x['excess_ms']:>7.3f}")
+                  f"{x['excess_ms']:>7.3f} {x['admission_delay_ms']:>7.3f}")
         w = [r[mode]["launches"] for r in rows]
         overall[mode] = {k: float(np.average([r[mode][k] for r in rows], weights=w))
-                         for k in ("sched_ms", "handoff_ms", "bookkeeping_ms", "copy_ms", "exec_excess_ms", "excess_ms")}
+                         for k in ("sched_ms", "handoff_ms", "bookkeeping_ms", "copy_ms", "exec_excess_ms", "excess_ms",
+                                   "admission_delay_ms")}
         o = overall[mode]
         print(f"{'all':<11} {sum(w):>8} {'':>7} {o['handoff_ms']:>8.3f} {o['bookkeeping_ms']:>8.3f} {o['sched_ms']:>7.3f} "
-              f"{o['copy_ms']:>7.3f} {o['exec_excess_ms']:>7.3f} {o['excess_ms']:>7.3f}")
+              f"{o['copy_ms']:>7.3f} {o['exec_excess_ms']:>7.3f} {o['excess_ms']:>7.3f} {o['admission_delay_ms']:>7.3f}")
     print(f"\nscheduling cost per stage launch: {overall['closed']['sched_ms']:.3f} ms closed loop, "
           f"{overall['open']['sched_ms']:.3f} ms open loop (paper, GPU: 0.29 ms)")
     o = overall["open"]
-    print(f"-> [engine] launch_overhead_ms = {o['excess_ms']:.2f} with a hot-loop table (open-loop excess per launch), "
-          f"{o['sched_ms'] + o['copy_ms']:.2f} with a serving-context table (scheduling + copies)")
+    print(f"-> [engine] launch_overhead_ms = {o['sched_ms'] + o['copy_ms']:.2f} (open loop: scheduling + copies), "
+          f"admission_delay_ms = {o['admission_delay_ms']:.2f}")
     if args.out:
         p = Path(args.out)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps({"loadavg_before": load0, "loadavg_after": load1, "microbench": micro,
                                  "models": rows, "overall": overall,
-                                 "launch_overhead_ms": overall["open"]["excess_ms"]}, indent=2) + "\n")
+                                 "launch_overhead_ms": o["sched_ms"] + o["copy_ms"],
+                                 "admission_delay_ms": o["admission_delay_ms"]}, indent=2) + "\n")
         print(f"written {p}")
 
 

@@ -62,6 +62,8 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         pipeline, workload.arrivals_ms, workload.seq_lens,
         sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"], cores=eng["cores"],
         launch_overhead_ms=eng["launch_overhead_ms"],
+        admission_delay_ms=eng["admission_delay_ms"],
+        service_cv=eng["service_cv"], seed=int(cfg["workload"].get("seed", 0)),
         progress=eng["progress"] if progress is None else progress,
         closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True,
     )

@@ -8,7 +8,9 @@ Sections and keys::
     [workload]  kind = "poisson" | "uniform" | "explicit" | "stepping", ...   (see dvasim.workload)
     [qos]       target_ms = 200
     [engine]    buffer_pairs = 2, sharing = "fluid" | "exclusive" | "parallel" | "cores", cores = 2,
-                corun_slowdown = 1.0, launch_overhead_ms = 0.0, progress = false
+                corun_slowdown = 1.0, launch_overhead_ms = 0.0, admission_delay_ms = 0.0,
+                service_cv = 0.0, progress = false
+    [replay]    modules = "torchscript" | "eager"   # how `dvasim replay` runs the stage modules
 
 Relative paths are looked up next to the config file, then in the working directory, then in the project root
 (where the shipped ``traces/`` live).
@@ -27,7 +29,7 @@ from dvasim.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
-SECTIONS = ("model", "policy", "workload", "qos", "engine")
+SECTIONS = ("model", "policy", "workload", "qos", "engine", "replay")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {},
@@ -41,20 +43,26 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "corun_slowdown": 1.0,
         "cores": 2,
         "launch_overhead_ms": 0.0,
+        "admission_delay_ms": 0.0,
+        "service_cv": 0.0,
         "progress": False,
     },
+    "replay": {"modules": "torchscript"},
 }
 
 ENGINE_KEYS = {
     "buffer_pairs": "number of buffer pairs (1 = serial manner)",
     "instances": "model instances: parallel chains of stage executors sharing the device",
-    "sharing": "device-sharing model: fluid, exclusive or parallel",
+    "sharing": "device-sharing model: fluid, exclusive, parallel or cores",
     "corun_slowdown": "rate divisor while two or more executions overlap (>= 1)",
     "cores": 'CPU cores for sharing = "cores" (each execution takes one)',
     "launch_overhead_ms": "host-side scheduling cost added to every stage launch",
+    "admission_delay_ms": "time from a query's arrival until the front door sees it (receiving thread wake-up)",
+    "service_cv": "run-to-run jitter of execution times: coefficient of variation of a mean-1 log-normal factor",
     "progress": "show a progress bar",
 }
 QOS_KEYS = {"target_ms": "latency target for the QoS violation rate"}
+REPLAY_KEYS = {"modules": 'how the replay runs the stage modules: "torchscript" (traced and frozen, the default) or "eager"'}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -111,6 +119,9 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     _check_keys("model", cfg["model"], MODEL_KEYS)
     _check_keys("engine", cfg["engine"], ENGINE_KEYS)
     _check_keys("qos", cfg["qos"], QOS_KEYS)
+    _check_keys("replay", cfg["replay"], REPLAY_KEYS)
+    if cfg["replay"]["modules"] not in ("torchscript", "eager"):
+        raise ConfigError("replay.modules", f'must be "torchscript" or "eager", got {cfg["replay"]["modules"]!r}')
     if "table" in cfg["model"]:
         cfg["model"]["table"] = str(find_file(cfg["model"]["table"], base_dir, "model.table"))
     elif "name" not in cfg["model"]:
@@ -134,6 +145,8 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
         raise ConfigError("engine.sharing", f"unknown mode {eng['sharing']!r}; allowed: {', '.join(MODES)}")
     _number(eng, "engine", "corun_slowdown", minimum=1.0)
     _number(eng, "engine", "launch_overhead_ms", minimum=0.0)
+    _number(eng, "engine", "admission_delay_ms", minimum=0.0)
+    _number(eng, "engine", "service_cv", minimum=0.0)
     if not isinstance(eng["progress"], bool):
         raise ConfigError("engine.progress", f"must be true or false, got {eng['progress']!r}")
     _number(cfg["qos"], "qos", "target_ms", minimum=0.0, strict=True)

@@ -17,6 +17,7 @@ def records_frame(queries: list[Query], n_stages: int) -> pd.DataFrame:
     cols: dict[str, list] = {
         "query_id": [q.qid for q in queries],
         "arrival_ms": [q.arrival for q in queries],
+        "seen_ms": [q.seen for q in queries],
         "admitted_ms": [q.admitted for q in queries],
         "start_ms": [q.start for q in queries],
         "finish_ms": [q.finish for q in queries],

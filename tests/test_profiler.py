@@ -89,6 +89,19 @@ def test_profile_stages_times_real_stage_modules():
         profile_ops(model, [0], repeats=1, warmup=0)
 
 
+def test_profile_stages_can_time_the_replays_torchscript_modules():
+    """The replay runs traced, frozen stages by default; the profiler times the same modules on request.
+    Freezing folds BatchNorm into the convolutions, so the traced ResNet stages must not be slower."""
+    model = zoo.build("resnet152", variant="small")
+    ts = profile_stages(model, cuts=[10], batch_sizes=[4], repeats=9, warmup=2, modules="torchscript")
+    eager = profile_stages(model, cuts=[10], batch_sizes=[4], repeats=9, warmup=2, modules="eager")
+    assert ts.attrs["provenance"]["modules"] == "torchscript" and eager.attrs["provenance"]["modules"] == "eager"
+    assert ts.attrs["bounds"] == eager.attrs["bounds"] == [0, 10]
+    assert ts["latency_ms"].sum() < 1.2 * eager["latency_ms"].sum()
+    with pytest.raises(ConfigError, match="modules"):
+        profile_stages(model, cuts=[10], batch_sizes=[1], repeats=1, warmup=0, modules="onnx")
+
+
 BAD_ARGS = [
     ([], "--model"),  # argparse's own errors name the first option they mention
     (["--model", "vgg19", "--stages", "2"], "--out"),

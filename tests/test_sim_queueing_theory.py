@@ -100,3 +100,44 @@ def test_closed_loop_clients_bound_concurrency():
     span = max(q.finish for q in res.queries) - min(q.arrival for q in res.queries)
     assert 400 / span == pytest.approx(4 / 3, rel=0.02)
     assert max(q.exit_batch_size for q in res.queries) <= 4
+
+
+@pytest.mark.parametrize("policy,params", [("zerobatch", {}), ("delaybatch", {"max_queue_delay_ms": 2.0}),
+                                           ("dvabatch", {"max_queue_delay_ms": 2.0})])
+def test_admission_delay_shifts_every_query_by_exactly_the_delay(policy, params):
+    """The front door seeing every query ``d`` late is a time shift of the whole open-loop run (batch windows
+    count from when the server saw a query): each latency grows by exactly ``d``, nothing else changes."""
+    table = make_table(3, lambda s, b: 0.8 + 0.3 * b, batch_sizes=[1, 2, 4, 8])
+    arrivals = poisson_arrivals(900.0, 3000, 4)
+    runs = {}
+    for d in (0.0, 0.37):
+        pipe = Pipeline(table, make_policy(policy, {"max_batch_size": 8, **params}), 2)
+        res = simulate(pipe, arrivals, np.ones(len(arrivals), dtype=int), sharing="cores", cores=2,
+                       corun_slowdown=1.2, launch_overhead_ms=0.1, admission_delay_ms=d)
+        assert res.stuck is None
+        df = records_frame(res.queries, 3)
+        assert np.allclose(df["seen_ms"] - df["arrival_ms"], d)
+        runs[d] = df
+    assert np.allclose(runs[0.37]["latency_ms"] - runs[0.0]["latency_ms"], 0.37, atol=1e-6)
+    assert (runs[0.37]["exit_batch_size"] == runs[0.0]["exit_batch_size"]).all()
+
+
+def test_service_jitter_keeps_the_mean_has_the_cv_and_is_seeded():
+    """Log-normal execution-time jitter: mean 1, the configured CV, the same run for the same seed."""
+    table = make_table(1, lambda s, b: T, batch_sizes=[1])
+    arrivals = poisson_arrivals(100.0, 20000, 5)  # rho 0.1: mostly no queueing
+
+    def run(cv, seed):
+        pipe = Pipeline(table, make_policy("zerobatch", {"max_batch_size": 1}), 1)
+        res = simulate(pipe, arrivals, np.ones(len(arrivals), dtype=int), sharing="exclusive", service_cv=cv,
+                       seed=seed)
+        df = records_frame(res.queries, 1)
+        return (df["s0_finish_ms"] - df["s0_start_ms"]).to_numpy(), df["latency_ms"].to_numpy()
+
+    service, lat = run(0.3, 1)
+    assert service.mean() == pytest.approx(T, rel=0.01)
+    assert service.std() / service.mean() == pytest.approx(0.3, rel=0.05)
+    assert np.array_equal(run(0.3, 1)[1], lat)
+    assert not np.array_equal(run(0.3, 2)[1], lat)
+    flat, _ = run(0.0, 1)
+    assert np.allclose(flat, T)

@@ -442,8 +442,12 @@ def profile_stages(
     seed: int = 0,
     max_foreign_load: float | None = None,
     retries: int = 5,
+    modules: str = "eager",
 ) -> pd.DataFrame:
     """Per-stage latency profile of the real stage modules.
+
+    ``modules = "torchscript"`` times the stages traced and frozen, as the replay runs them by default
+    (:mod:`dvasim.replay.compiled`); ``"eager"`` (default) the plain modules.
 
     Give one of ``n_stages`` (time-even), ``cuts`` or ``ratios``. The slicing uses the operator times
     at ``slice_batch_size`` (default: the smallest of ``batch_sizes``) and ``slice_seq_len`` (default:
@@ -488,10 +492,17 @@ def profile_stages(
     at = f"at bs={ref_bs}" + ("" if ref_sl is None else f" seq_len={ref_sl}")
     ends = [*bounds[1:], n]
     _move_model(model, device)
+    if modules not in ("eager", "torchscript"):
+        raise ConfigError("--modules", f"must be eager or torchscript, got {modules!r}")
+    kind = modules
     modules = [model.stage_module(a, b) for a, b in zip(bounds, ends, strict=True)]
     if device != "cpu":
         for m in modules:
             m.to(device)
+    if kind == "torchscript":
+        from dvasim.replay.compiled import stage_modules
+
+        modules = stage_modules(model, list(bounds), "torchscript")
     names = [f"ops {a}-{b - 1}" for a, b in zip(bounds, ends, strict=True)]
     rows: list[dict] = []
     with _Threads(threads) as used:
@@ -504,6 +515,7 @@ def profile_stages(
                 rows.extend(_stats_rows(times, names, bs, sl, foreign, att))
     df = pd.DataFrame(rows)
     prov = _base_provenance(model, device, used, warmup, repeats, "per-stage")
+    prov["modules"] = kind
     prov["machine load"] = _foreign_summary(df)
     bal = balance(ref_times, bounds) if ref_times is not None else float("nan")
     prov["slicing"] = format_slicing(method, bounds, bal, at)
@@ -586,6 +598,8 @@ def _build_parser() -> _Parser:
     p.add_argument("--cuts", default=None, help="slice at these operator indices instead, e.g. 10,25")
     p.add_argument("--ratios", default=None, help="slice by time shares instead, e.g. 0.3,0.7")
     p.add_argument("--per-op", action="store_true", help="write a per-operator table (stage = operator index)")
+    p.add_argument("--modules", default="eager", choices=("eager", "torchscript"),
+                   help="time the stage modules eager (default) or traced and frozen, as `dvasim replay` runs them")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--batch-sizes", default="1,2,4,8", help="comma-separated, default 1,2,4,8")
     p.add_argument("--seq-lens", default=None, help="comma-separated sequence lengths (token models only)")
@@ -677,7 +691,7 @@ def cli_profile(argv: Sequence[str] | None = None) -> int:
         else:
             df = profile_stages(
                 model, stages, bss, sls, device, warmup, repeats, threads, cuts=cuts, ratios=ratios,
-                slice_batch_size=sbs, seed=seed, max_foreign_load=max_load,
+                slice_batch_size=sbs, seed=seed, max_foreign_load=max_load, modules=args.modules,
             )
         df.attrs["provenance"]["command"] = cmd
         table = save_profile(df, out, stats=not args.no_stats)

@@ -135,6 +135,7 @@ class Pipeline:
     # ------------------------------------------------------------------ engine API
     def arrive(self, query: Query, now: float) -> None:
         self._now = now
+        query.seen = now
         query.stage_start = [math.nan] * self.n_stages
         query.stage_finish = [math.nan] * self.n_stages
         self.policy.on_arrival(query)

@@ -18,6 +18,7 @@ class Query:
     arrival: float
     seq_len: int = 1
     # record
+    seen: float = math.nan  # when the front door saw it (its arrival plus any admission delay)
     admitted: float = math.nan  # when the front door put it into a batch (new or stretch)
     batch_id: int = -1  # the batch it entered
     exit_batch_id: int = -1  # the batch it left in (differs after a split)

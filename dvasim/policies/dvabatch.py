@@ -208,7 +208,7 @@ class DVABatch(Policy):
         n = len(self.pending)
         free = self._first_stage_free()
         full = n >= min(room, self.max_batch_size)
-        expired = now - self.pending[0].arrival >= self.max_queue_delay_ms - EPS
+        expired = now - self.pending[0].seen >= self.max_queue_delay_ms - EPS
         # Policy I: batches enter independently; the window only bounds the wait while the first stage is busy.
         # Otherwise a new batch waits for a free first stage (and, with a window, for the window or a full batch).
         go = (free or full or expired) if self.use_input else (free and (full or expired))
@@ -224,7 +224,7 @@ class DVABatch(Policy):
 
     def next_wakeup(self, now):
         if self.pending and self.max_queue_delay_ms > 0 and self._room() > 0:
-            t = self.pending[0].arrival + self.max_queue_delay_ms
+            t = self.pending[0].seen + self.max_queue_delay_ms
             return t if t > now + EPS else math.inf
         return math.inf
 

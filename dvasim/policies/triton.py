@@ -67,7 +67,7 @@ class TritonDynamicBatcher(Policy):
         fitting = [p for p in self.preferred_batch_size if p <= n]
         if fitting:
             return fitting[-1]
-        if n and now - self.pending[0].arrival >= self.max_queue_delay_ms - EPS:
+        if n and now - self.pending[0].seen >= self.max_queue_delay_ms - EPS:
             return n
         return 0
 
@@ -82,7 +82,7 @@ class TritonDynamicBatcher(Policy):
 
     def next_wakeup(self, now: float) -> float:
         if self.pending and self._free():
-            return self.pending[0].arrival + self.max_queue_delay_ms
+            return self.pending[0].seen + self.max_queue_delay_ms
         return math.inf
 
 

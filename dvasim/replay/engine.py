@@ -630,13 +630,27 @@ def _zoo(name: str, variant: str, device: str):
 
 
 _ZOO_CACHE: dict = {}
+_STAGE_CACHE: dict = {}
+
+
+def _stages(model, resolved, bounds: list[int], kind: str, device: str) -> list:
+    """The stage modules (TorchScript ones are traced once per model, cuts and device, then reused)."""
+    from dvasim.replay.compiled import stage_modules
+
+    key = (resolved.name, resolved.variant, device, tuple(bounds), kind)
+    if key not in _STAGE_CACHE:
+        _STAGE_CACHE[key] = stage_modules(model, bounds, kind)
+    return _STAGE_CACHE[key]
 
 
 def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", record_states: bool = False,
-            seq_lens=None) -> ReplaySetup:
+            seq_lens=None, table=None) -> ReplaySetup:
     """Resolve ``config`` and build the pipeline, the real stage modules, the buffers and the inputs.
 
     ``seq_lens`` replaces the workload's input lengths as the input samples (LoadGen's sample library).
+    ``table`` (a per-stage latency table or its path) replaces the named model's table as the profile the
+    policy decides with, e.g. the one the simulator is given in ``dvasim validate --table serving``, so both
+    engines make their decisions from the same numbers.
     """
     from dvasim import config as cfgmod
     from dvasim.api import _check_lengths
@@ -654,6 +668,15 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", "cuda is not available on this machine; use --device cpu")
     resolved = resolve_model(cfg["model"])
+    if table is not None:
+        import dataclasses
+
+        from dvasim.calibration.table import LatencyTable
+
+        tab = table if isinstance(table, LatencyTable) else LatencyTable.load(table)
+        if tab.n_stages != resolved.table.n_stages:
+            raise ConfigError("table", f"has {tab.n_stages} stages; the model is cut into {resolved.table.n_stages}")
+        resolved = dataclasses.replace(resolved, table=tab)
     profile = resolved.table
     params = {k: v for k, v in cfg["policy"].items() if k != "name"}
     policy = make_policy(cfg["policy"]["name"], params)
@@ -668,7 +691,7 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
     model = _zoo(resolved.name, resolved.variant, dev)
     bounds = list(resolved.bounds)
     ends = [*bounds[1:], model.n_ops()]
-    stages = [model.stage_module(a, b) for a, b in zip(bounds, ends)]
+    stages = _stages(model, resolved, bounds, cfg["replay"]["modules"], dev)
     names = model.op_names
     labels = [f"ops {a}..{b - 1}: {names[a]} .. {names[b - 1]}" if b - a > 1 else f"op {a}: {names[a]}"
               for a, b in zip(bounds, ends)]
@@ -693,17 +716,24 @@ def make_engine(setup: ReplaySetup, device: str | None = None, **kwargs) -> Repl
                         device=device or setup.device, stage_labels=setup.labels, **kwargs)
 
 
-def overhead_stats(executions: list[dict]) -> dict[str, float]:
-    """The replay's own scheduling cost per stage launch (see the module docstring), in ms."""
+def overhead_stats(executions: list[dict], queries: list[Query] | None = None) -> dict[str, float]:
+    """The replay's own scheduling cost per stage launch (see the module docstring), in ms, and how late the
+    front door saw the queries after their arrival (``admission_delay_ms_*``, the simulator's
+    ``[engine] admission_delay_ms``)."""
     import numpy as np
 
+    out: dict[str, float] = {}
+    late = np.array([q.seen - q.arrival for q in queries or [] if math.isfinite(q.seen - q.arrival)])
+    if len(late):
+        out.update(admission_delay_ms_mean=float(late.mean()), admission_delay_ms_p50=float(np.median(late)),
+                   admission_delay_ms_p90=float(np.percentile(late, 90)))
     if not executions:
-        return {}
+        return out
     h = np.array([r["handoff_ms"] for r in executions])
     b = np.array([r["bookkeeping_ms"] for r in executions])
     c = np.array([r["copy_ms"] for r in executions])
     tot = h + b
-    return {
+    return out | {
         "launch_overhead_ms_mean": float(tot.mean()), "launch_overhead_ms_p50": float(np.median(tot)),
         "launch_overhead_ms_p90": float(np.percentile(tot, 90)),
         "handoff_ms_mean": float(h.mean()), "bookkeeping_ms_mean": float(b.mean()),
@@ -730,23 +760,25 @@ def to_run_result(setup: ReplaySetup, res: ReplayResult, extra_summary: dict | N
         n_stretch=sum(1 for op in log if op[0] == "stretch"),
         n_split=sum(1 for op in log if op[0] == "split"),
         engine="replay", replay_device=res.device, replay_threads=res.threads, replay_wall_s=res.wall_s,
+        replay_modules=cfg["replay"]["modules"],
         interrupted=res.interrupted,
     )
-    summary.update(overhead_stats(res.executions))
+    summary.update(overhead_stats(res.executions, res.queries))
     if extra_summary:
         summary.update(extra_summary)
     resolved = {**cfg, "policy": {**cfg["policy"], **policy.describe()}}
     resolved["model"] = {**cfg["model"], "provenance": dict(getattr(profile, "provenance", {})),
                          "bounds": list(setup.resolved.bounds), "variant": setup.resolved.variant}
-    resolved["replay"] = {"device": res.device, "threads": res.threads, "stages": setup.labels}
+    resolved["replay"] = {**cfg["replay"], "device": res.device, "threads": res.threads, "stages": setup.labels}
     return RunResult(df, summary, resolved, res.stuck, extra={"replay": res, "setup": setup})
 
 
 def replay(config, overrides: list[str] | None = None, *, device: str = "cpu", threads: int = 1,
-           record_outputs: bool = False, record_states: bool = False, cuda_ops=None, warmup: int = 2):
+           record_outputs: bool = False, record_states: bool = False, cuda_ops=None, warmup: int = 2,
+           table=None):
     """Replay one config on real torch execution; returns a :class:`dvasim.api.RunResult` like
     :func:`dvasim.api.run` (``extra["replay"]`` holds the :class:`ReplayResult`)."""
-    setup = prepare(config, overrides, device=device, record_states=record_states)
+    setup = prepare(config, overrides, device=device, record_states=record_states, table=table)
     engine = make_engine(setup, record_outputs=record_outputs, threads=threads, cuda_ops=cuda_ops, warmup=warmup)
     try:
         res = engine.run(setup.workload.arrivals_ms, setup.workload.seq_lens,

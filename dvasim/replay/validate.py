@@ -33,7 +33,7 @@ import numpy as np
 from dvasim import config as cfgmod
 from dvasim.calibration.profiler import CpuMonitor
 
-__all__ = ["validate", "fidelity_table", "format_fidelity", "METRICS", "TARGETS"]
+__all__ = ["validate", "fidelity_table", "format_fidelity", "fit_engine", "METRICS", "TARGETS"]
 
 METRICS = ("mean_latency_ms", "p50_latency_ms", "p90_latency_ms", "p95_latency_ms", "p99_latency_ms",
            "throughput_qps")
@@ -68,7 +68,7 @@ def wait_quiet(max_foreign: float, max_wait_s: float = 120.0, probe_s: float = 1
 
 def fresh_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3) -> Path:
     """Profile the config's real stage modules now (same cuts, the shipped table's batch sizes and lengths,
-    one thread, the profiler's method) and save the per-stage table at ``path``."""
+    one thread, the profiler's method, the replay's ``[replay] modules``) and save the per-stage table at ``path``."""
     from dvasim.calibration.models import resolve_model
     from dvasim.calibration.profiler import profile_stages, save_profile
 
@@ -78,7 +78,8 @@ def fresh_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3)
     bss = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= top]
     sls = None if ship.seq_lens is None else [int(x) for x in ship.seq_lens]
     df = profile_stages(resolved.name, cuts=list(resolved.bounds[1:]), batch_sizes=bss, seq_lens=sls,
-                        repeats=repeats, warmup=warmup, threads=1, variant=resolved.variant)
+                        repeats=repeats, warmup=warmup, threads=1, variant=resolved.variant,
+                        modules=cfg["replay"]["modules"])
     save_profile(df, path, stats=False)
     return path
 
@@ -87,15 +88,20 @@ def serving_stage_table(cfg: dict, path: Path, repeats: int = 15, gap_ms: float 
     """Profile the config's stage modules *as the replay runs them* and save the per-stage table at ``path``.
 
     Like the profiler (median of ``repeats`` timed runs per point, one intra-op thread, the shipped table's
-    batch sizes and lengths), but every run happens in a thread that slept ``gap_ms`` before it, on inputs read
-    from the replay's own buffers: a serving executor is woken for each execution, and on this virtual machine
-    a stage started after an idle spell runs measurably slower than in a hot loop (cold caches, vCPU wake-up).
+    batch sizes and lengths), but in the replay's execution context: the replay's own stage modules (TorchScript
+    by default, ``[replay] modules``), one thread per stage woken through a queue, the stages of one round run
+    one after the other as a query at low load goes through the pipeline (so each finds the caches as the
+    previous stages left them), every round ``gap_ms`` after the previous one, inputs read from and outputs
+    written to the replay's own buffers. On this virtual machine a stage that runs after the other stages and an
+    idle spell takes measurably longer than in the profiler's hot loop (cold caches, vCPU wake-up).
     """
+    import queue
     import threading
 
     import torch
 
     from dvasim.calibration.table import LatencyTable
+    from dvasim.replay.buffers import BufferSet
     from dvasim.replay.engine import prepare
 
     setup = prepare(cfg)
@@ -103,58 +109,151 @@ def serving_stage_table(cfg: dict, path: Path, repeats: int = 15, gap_ms: float 
     top = int(getattr(ship, "max_batch_size", 32))
     bss = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= top]
     sls = [None] if ship.seq_lens is None else [int(x) for x in ship.seq_lens]
-    from dvasim.replay.buffers import BufferSet
-
-    model = setup.model
-    bufs = BufferSet(model, list(setup.resolved.bounds), 1, 1, max(bss),
-                     max_len=1 if sls == [None] else max(sls))
-    rows_out: list[dict] = []
+    model, n = setup.model, len(setup.stages)
+    bufs = BufferSet(model, list(setup.resolved.bounds), 1, 1, max(bss), max_len=1 if sls == [None] else max(sls))
+    mail = [queue.SimpleQueue() for _ in range(n + 1)]
+    times: list[list[float]] = [[] for _ in range(n)]
     errors: list = []
 
-    def work():
-        try:
-            torch.set_num_threads(1)
-            with torch.inference_mode():
-                for bs in bss:
-                    for L in sls:
-                        length = 1 if L is None else L
-                        g = torch.Generator().manual_seed(bs * 1000 + length)
-                        x = model.example_input(bs, L, generator=g) if L is not None else model.example_input(bs, generator=g)
-                        bufs.write(0, 0, 0, range(bs), x, length)
-                        for st, mod in enumerate(setup.stages):
-                            times = []
-                            for k in range(warmup + repeats):
-                                time.sleep(gap_ms / 1000.0)
-                                t0 = time.perf_counter()
-                                out = mod(bufs.read(0, st, 0, range(bs), length))
-                                dt = (time.perf_counter() - t0) * 1000.0
-                                if k >= warmup:
-                                    times.append(dt)
-                            bufs.write(0, st + 1, 0, range(bs), out, length)
-                            row = {"stage": st, "batch_size": bs, "latency_ms": float(np.median(times))}
-                            if L is not None:
-                                row["seq_len"] = L
-                            rows_out.append(row)
-        except BaseException as e:  # surface in the caller
-            errors.append(e)
+    def stage_thread(st: int) -> None:
+        torch.set_num_threads(1)
+        mod = setup.stages[st]
+        with torch.inference_mode():
+            while True:
+                job = mail[st].get()
+                if job is None:
+                    mail[st + 1].put(None)
+                    return
+                bs, length = job
+                try:
+                    carry = bufs.read(0, st, 0, range(bs), length)
+                    t0 = time.perf_counter()
+                    out = mod(carry)
+                    times[st].append((time.perf_counter() - t0) * 1000.0)
+                    bufs.write(0, st + 1, 0, range(bs), out, length)
+                except BaseException as e:  # surface in the caller
+                    errors.append(e)
+                mail[st + 1].put(job)
 
+    threads = [threading.Thread(target=stage_thread, args=(st,), name=f"dvasim-profile-{st}", daemon=True)
+               for st in range(n)]
     prev = torch.get_num_threads()
-    th = threading.Thread(target=work, name="dvasim-serving-profile")
-    th.start()
-    th.join()
-    torch.set_num_threads(prev)
-    if errors:
-        raise errors[0]
+    for t in threads:
+        t.start()
+    rows_out: list[dict] = []
+    try:
+        for bs in bss:
+            for L in sls:
+                length = 1 if L is None else L
+                g = torch.Generator().manual_seed(bs * 1000 + length)
+                x = model.example_input(bs, L, generator=g) if L is not None else model.example_input(bs, generator=g)
+                with torch.inference_mode():
+                    bufs.write(0, 0, 0, range(bs), x, length)
+                for tm in times:
+                    tm.clear()
+                for _ in range(warmup + repeats):
+                    time.sleep(gap_ms / 1000.0)
+                    mail[0].put((bs, length))
+                    mail[n].get()
+                    if errors:
+                        raise errors[0]
+                for st in range(n):
+                    row = {"stage": st, "batch_size": bs, "latency_ms": float(np.median(times[st][warmup:]))}
+                    if L is not None:
+                        row["seq_len"] = L
+                    rows_out.append(row)
+    finally:
+        mail[0].put(None)
+        for t in threads:
+            t.join()
+        torch.set_num_threads(prev)
     import pandas as pd
 
     table = LatencyTable.from_frame(pd.DataFrame(rows_out), name=f"{setup.resolved.name}_serving", provenance={
-        "source": "dvasim.replay.validate.serving_stage_table (stage modules timed as the replay runs them)",
+        "source": "dvasim.replay.validate.serving_stage_table (stage modules timed as the replay runs them: "
+                  "one thread per stage, stages in pipeline order, a pause between rounds)",
         "model": str(setup.resolved.name), "variant": str(setup.resolved.variant),
-        "cuts": str(list(setup.resolved.bounds)), "threads": "1", "statistic": f"median of {repeats}",
-        "gap_ms": str(gap_ms), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cuts": str(list(setup.resolved.bounds)), "modules": str(setup.cfg["replay"]["modules"]), "threads": "1",
+        "statistic": f"median of {repeats}", "gap_ms": str(gap_ms),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
     table.save(path)
     return path
+
+
+def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]:
+    """The simulator's ``[engine]`` parameters for ``sharing = "cores"`` fitted to real replays.
+
+    ``runs``: replay results (``dvasim.api.RunResult`` with ``extra["replay"]``) whose profile was the table the
+    simulator will use (``replay(..., table=...)``), so each execution's ``table_ms`` is its predicted stand-alone
+    time. Returns
+
+    * ``launch_overhead_ms``: mean per stage launch of hand-off + book-keeping + buffer copies (what the
+      replay spends around a stage's module call; the table times the call alone);
+    * ``admission_delay_ms``: mean time from a query's arrival until the front door saw it;
+    * ``corun_slowdown``: the divisor ``s`` of the cores model (``n`` executions on ``cores`` cores each
+      progress at ``min(1, cores / n) / s`` while ``n >= 2``). For every execution the module time splits into
+      the time it ran alone ``A`` and, overlapped, ``B = integral of min(1, cores / n) dt``; the model says
+      ``a * table = A + B / s`` with ``a`` the median real/table ratio of executions that ran alone (the table's
+      bias in this run, not the co-run's), so ``s = sum(B) / sum(a * table - A)`` over the executions that
+      overlapped for at least ``min_overlap`` of their time;
+    * ``service_cv``: the run-to-run jitter of execution times, the coefficient of variation of real/table
+      among executions that ran alone, each relative to the median of its stage and batch size;
+    * the evidence: counts, ``alone_ratio`` ``a``, and the measured mean ratio by overlap.
+    """
+    launch, late, rows = [], [], []
+    for r in runs:
+        res = r.extra["replay"]
+        ex = res.executions
+        late += [q.seen - q.arrival for q in res.queries if math.isfinite(q.seen - q.arrival)]
+        if not ex:
+            continue
+        b = np.array([e["begin_ms"] for e in ex])
+        e_ = np.array([e["end_ms"] for e in ex])
+        for i, e in enumerate(ex):
+            launch.append(e["handoff_ms"] + e["bookkeeping_ms"] + (e["copy_ms"] if math.isfinite(e["copy_ms"]) else 0.0))
+            # the module's own span: the copies are around it, take them off proportionally at both ends
+            lo, hi = b[i], e_[i]
+            others = np.nonzero((b < hi) & (e_ > lo))[0]
+            cuts = sorted({lo, hi, *[t for k in others for t in (b[k], e_[k]) if lo < t < hi]})
+            alone = shared = 0.0
+            for t0, t1 in zip(cuts, cuts[1:]):
+                mid = (t0 + t1) / 2
+                n = int(((b <= mid) & (e_ > mid)).sum())
+                if n <= 1:
+                    alone += t1 - t0
+                else:
+                    shared += (t1 - t0) * min(1.0, cores / n)
+            copy = e["copy_ms"] if math.isfinite(e["copy_ms"]) else 0.0
+            span = hi - lo
+            scale = max(span - copy, 1e-9) / span if span > 0 else 1.0
+            rows.append((e["table_ms"], (span - copy), alone * scale, shared * scale,
+                         (span - alone) / span if span > 0 else 0.0, e["stage"] * 10_000 + e["batch_size"]))
+    out: dict[str, Any] = {"cores": cores, "n_launches": len(launch), "n_queries": len(late)}
+    out["launch_overhead_ms"] = float(np.mean(launch)) if launch else 0.0
+    out["admission_delay_ms"] = float(np.mean(late)) if late else 0.0
+    if not rows:
+        out["corun_slowdown"] = 1.0
+        return out
+    t = np.array(rows)
+    table, real, A, B, frac, group = t.T
+    solo = frac < 0.05
+    a = float(np.median(real[solo] / table[solo])) if solo.sum() >= 10 else 1.0
+    # jitter: executions that ran alone, each relative to the median of its (stage, batch size)
+    rel = []
+    for g in np.unique(group[solo]):
+        r = real[solo & (group == g)] / table[solo & (group == g)]
+        if len(r) >= 5:
+            rel.extend(r / np.median(r))
+    rel = np.array(rel)
+    out["service_cv"] = float(rel.std() / rel.mean()) if len(rel) >= 10 else 0.0
+    sel = frac >= min_overlap
+    denom = float((a * table[sel] - A[sel]).sum())
+    s = float(B[sel].sum() / denom) if sel.sum() >= 10 and denom > 0 else math.nan
+    out.update(alone_ratio=a, n_alone=int(solo.sum()), n_overlapped=int(sel.sum()),
+               corun_slowdown=max(1.0, s) if math.isfinite(s) else 1.0, corun_slowdown_raw=s,
+               overlapped_ratio=float(np.median(real[sel] / table[sel])) if sel.any() else math.nan)
+    return out
 
 
 def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = None, *, device: str = "cpu",
@@ -203,7 +302,8 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
             if max_foreign is not None:
                 wait_quiet(max_foreign, max_wait_s)
             mon = CpuMonitor()
-            r = replay(cfg, device=device, threads=threads, warmup=warmup)
+            r = replay(cfg, device=device, threads=threads, warmup=warmup,
+                       table=None if sim_cfg is cfg else sim_cfg["model"]["table"])
             f = mon.foreign_cores()
             if best is None or (f is not None and best[1] is not None and f < best[1]):
                 best = (r, f)

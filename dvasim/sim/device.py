@@ -14,7 +14,9 @@ Modes (``[engine] sharing``):
 * ``"cores"``: a multi-core CPU running each execution on one thread: every execution needs a whole core
   whatever its batch size; with ``n`` running on ``cores`` cores each progresses at ``min(1, cores / n)``. This is
   the model that fits co-run measurements on this machine's CPU best (traces/cpu/sharing.json: mean error 0.21
-  with ``corun_slowdown = 1.18``, against 0.50 for the fluid model).
+  with ``corun_slowdown = 1.18``, against 0.50 for the fluid model). The launch overhead
+  (``[engine] launch_overhead_ms``: hand-off, book-keeping, buffer copies) is host CPU work, so in this mode it
+  is done on the cores too, before the stage's own work, and shares them like it.
 
 In every mode, ``corun_slowdown >= 1`` divides the rate of every execution while two or more run at once: the
 interference that a fluid model misses (shared caches and memory bandwidth, or on a CPU the threads' contention),

@@ -40,6 +40,9 @@ def simulate(
     sharing: str = "fluid",
     corun_slowdown: float = 1.0,
     launch_overhead_ms: float = 0.0,
+    admission_delay_ms: float = 0.0,
+    service_cv: float = 0.0,
+    seed: int = 0,
     progress: bool = False,
     until_ms: float | None = None,
     closed_clients: int | None = None,
@@ -54,10 +57,26 @@ def simulate(
     arrival times are then ignored and replaced by the times the queries were sent).
 
     An interrupt (Ctrl-C) stops the run and returns what was collected; with ``fail_soft`` so does any error
-    (the result's ``stuck`` says what happened)."""
+    (the result's ``stuck`` says what happened).
+
+    ``launch_overhead_ms`` delays every stage launch; with ``sharing = "cores"`` it is CPU work done on the cores.
+    ``service_cv > 0`` makes every execution's time random around the table's: the table time times a
+    log-normal factor of mean 1 and coefficient of variation ``service_cv`` (a real device's run-to-run jitter,
+    which fattens the latency tail), drawn from a generator seeded with ``seed`` in launch order (the same
+    config and seed give the same run).
+    ``admission_delay_ms`` is the time between a query's arrival and the moment the front door sees it (a
+    server's receiving thread waking up); its latency still counts from the arrival."""
     t0 = time.perf_counter()
     env = simpy.Environment()
     device = Device(env, sharing, corun_slowdown, cores)
+    jitter = None
+    if service_cv > 0:
+        import numpy as np
+
+        sigma = math.sqrt(math.log1p(service_cv * service_cv))
+        rng = np.random.default_rng(seed)
+        jitter = lambda: float(rng.lognormal(-sigma * sigma / 2.0, sigma))  # noqa: E731
+    overhead_on_cores = sharing == "cores"  # a CPU: the host's launch work runs on the same cores (device.py)
     n_stages = pipeline.n_stages
     queries = [Query(i, float(a), int(s)) for i, (a, s) in enumerate(zip(arrivals_ms, seq_lens))]
     if len(queries) != len(arrivals_ms) or len(arrivals_ms) != len(seq_lens):
@@ -105,8 +124,8 @@ def simulate(
         k, n = 0, len(queries)
         while k < n:
             t = queries[k].arrival
-            if t > env.now:
-                yield env.timeout(t - env.now)
+            if t + admission_delay_ms > env.now:
+                yield env.timeout(t + admission_delay_ms - env.now)
             while k < n and queries[k].arrival == t:
                 pipeline.arrive(queries[k], env.now)
                 k += 1
@@ -116,12 +135,17 @@ def simulate(
         # ``n`` clients whose answers came back together send their next queries together
         if delay > 0:
             yield env.timeout(delay)
+        sent = []
         for _ in range(n):
             if next_closed[0] < len(queries):
                 q = queries[next_closed[0]]
                 next_closed[0] += 1
                 q.arrival = env.now
-                pipeline.arrive(q, env.now)
+                sent.append(q)
+        if admission_delay_ms > 0:
+            yield env.timeout(admission_delay_ms)
+        for q in sent:
+            pipeline.arrive(q, env.now)
         poke()
 
     def executor(k: int):
@@ -130,9 +154,10 @@ def simulate(
                 yield wake[k]
             ex = mailbox[k]
             mailbox[k] = None
-            if launch_overhead_ms > 0:
+            if launch_overhead_ms > 0 and not overhead_on_cores:
                 yield env.timeout(launch_overhead_ms)
-            yield device.run(ex.standalone_ms, ex.demand)
+            work = ex.standalone_ms * (jitter() if jitter is not None else 1.0)
+            yield device.run(work + (launch_overhead_ms if overhead_on_cores else 0.0), ex.demand)
             n_before = len(pipeline.exited)
             pipeline.finish(ex, env.now)
             n_exited = len(pipeline.exited) - n_before
