@@ -305,7 +305,24 @@ def test_serving_stage_table_profiles_the_replays_stages(tmp_path):
     c = cfg("vgg19", stages=2)
     path = serving_stage_table(c, tmp_path / "t.csv", repeats=3, gap_ms=0.2, warmup=1)
     t = LatencyTable.load(path)
-    assert t.n_stages == 2 and t.max_batch_size == 32
+    assert t.n_stages == 2 and list(t.batch_sizes) == list(range(1, 9))  # every size the policy forms (max 8)
     for s in range(2):
-        assert 0 < t.latency(s, 1) < t.latency(s, 32)
-    assert "serving" in t.provenance.get("source", "")
+        assert 0 < t.latency(s, 1) < t.latency(s, 8)
+    assert "serving" in t.provenance.get("source", "") and t.provenance["modules"] == "torchscript"
+
+
+def test_validate_with_a_table_per_repeat(tmp_path):
+    """--table serving: a table profiled before each replay, a simulation with each, their mean compared."""
+    from dvasim.replay.validate import validate
+
+    c = cfg("vgg19", stages=2, n=40, rate=150.0)
+    c["policy"]["max_batch_size"] = 4
+    fid = validate(c, tmp_path, repeats=2, table="serving", figure=False)
+    for k in range(2):
+        assert (tmp_path / f"stage_table_{k}.csv").is_file() and (tmp_path / f"sim_{k}" / "summary.json").is_file()
+        # the replay decided with the table its simulation used
+        rcfg = json.loads((tmp_path / f"replay_{k}" / "config.json").read_text())
+        assert rcfg["config"]["model"]["provenance"]["source"].startswith("dvasim.replay.validate.serving_stage_table")
+    per = fid["sim_per_repeat"]["mean_latency_ms"]
+    assert fid["metrics"]["mean_latency_ms"]["sim"] == pytest.approx(sum(per) / 2)
+    assert len(fid["alone_ratio_per_repeat"]) == 2 and all(0.2 < x < 5 for x in fid["alone_ratio_per_repeat"])

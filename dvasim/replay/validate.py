@@ -10,7 +10,8 @@ other device is replaced by ``"cpu"`` and noted), and writes:
   (target 10 %, or the real run-to-run spread where that is wider) and p99 (target 20 %) whether the error is
   within; the machine's load average before and after (the replay's timing is real: other jobs disturb it);
 * ``DIR/fidelity.png``: the simulated and the real latency distributions overlaid (histogram and CDF);
-* ``DIR/sim/`` and ``DIR/replay_<k>/``: each run's usual files (plus ``executions.csv`` for the replays).
+* ``DIR/sim/`` (``DIR/sim_<k>/`` and ``DIR/stage_table_<k>.csv`` with a table profiled per repeat) and
+  ``DIR/replay_<k>/``: each run's usual files (plus ``executions.csv`` for the replays).
 
 The replay's timing is real, so other processes on the machine disturb it: the CPU they used during each replay
 is recorded (``foreign_cores``) and ``max_foreign`` makes each replay wait for, or retry until, a quiet machine.
@@ -88,7 +89,8 @@ def serving_stage_table(cfg: dict, path: Path, repeats: int = 15, gap_ms: float 
     """Profile the config's stage modules *as the replay runs them* and save the per-stage table at ``path``.
 
     Like the profiler (median of ``repeats`` timed runs per point, one intra-op thread, the shipped table's
-    batch sizes and lengths), but in the replay's execution context: the replay's own stage modules (TorchScript
+    lengths), at every batch size from 1 to the policy's largest (the kernels' speed is not linear between powers
+    of two), and in the replay's execution context: the replay's own stage modules (TorchScript
     by default, ``[replay] modules``), one thread per stage woken through a queue, the stages of one round run
     one after the other as a query at low load goes through the pipeline (so each finds the caches as the
     previous stages left them), every round ``gap_ms`` after the previous one, inputs read from and outputs
@@ -107,7 +109,8 @@ def serving_stage_table(cfg: dict, path: Path, repeats: int = 15, gap_ms: float 
     setup = prepare(cfg)
     ship = setup.profile
     top = int(getattr(ship, "max_batch_size", 32))
-    bss = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= top]
+    top = min(top, int(getattr(setup.policy, "max_batch_size", None) or top))
+    bss = list(range(1, top + 1))  # every batch size the policy can form: no interpolation between them
     sls = [None] if ship.seq_lens is None else [int(x) for x in ship.seq_lens]
     model, n = setup.model, len(setup.stages)
     bufs = BufferSet(model, list(setup.resolved.bounds), 1, 1, max(bss), max_len=1 if sls == [None] else max(sls))
@@ -265,11 +268,14 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
     each replay first waits (up to ``max_wait_s``) for a machine where others use at most that many cores, and
     a replay disturbed by more is run again, up to ``retries`` times, keeping the least disturbed attempt.
 
-    ``table = "fresh"`` simulates with a per-stage table of the same stage modules profiled (hot loop, the
-    profiler's method) just before the replays (``DIR/stage_table.csv``) instead of the shipped per-operator
-    table: on a shared virtual machine the CPU's speed drifts over hours, and this separates the simulator's
+    ``table = "shipped"`` simulates once with the config's own table. ``table = "fresh"`` profiles the replay's
+    stage modules (hot loop, the profiler's method) right before **each** replay (``DIR/stage_table_<k>.csv``),
+    simulates with that table (``DIR/sim_<k>/``) and lets the replay decide with it too: a shared virtual
+    machine's speed drifts within minutes, and a table taken right before each run separates the simulator's
     dynamics from the table's age. ``table = "serving"`` profiles them as the replay runs them
-    (:func:`serving_stage_table`)."""
+    (:func:`serving_stage_table`). The simulated metrics are then the mean over the per-repeat simulations, and
+    ``alone_ratio_per_repeat`` says how fast the stages that ran alone really were against the table (the
+    drift left)."""
     from dvasim.api import run, write_outputs
     from dvasim.replay.engine import replay, write_executions
 
@@ -284,26 +290,16 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
         from dvasim.errors import ConfigError
 
         raise ConfigError("--table", f"must be shipped, fresh or serving, got {table!r}")
-    load_before = _loadavg()
-    t0 = time.perf_counter()
-    sim_cfg = cfg
-    if table in ("fresh", "serving"):
-        if max_foreign is not None:
-            wait_quiet(max_foreign, max_wait_s)
-        maker = fresh_stage_table if table == "fresh" else serving_stage_table
-        path = maker(cfg, out / "stage_table.csv")
-        sim_cfg = {**cfg, "model": {"table": str(path)}}
-    sim = run(sim_cfg, progress=False)
-    write_outputs(sim, out / "sim", figure=False)
-    reals, foreign = [], []
-    for k in range(repeats):
+
+    def _replay_once(k: int) -> None:
+        """Replay k, deciding with the table the last simulation used; keep the least disturbed attempt."""
+        tab = sims[-1].config["model"].get("table") if table != "shipped" else None
         best = None
         for _attempt in range(1 + (retries if max_foreign is not None else 0)):
             if max_foreign is not None:
                 wait_quiet(max_foreign, max_wait_s)
             mon = CpuMonitor()
-            r = replay(cfg, device=device, threads=threads, warmup=warmup,
-                       table=None if sim_cfg is cfg else sim_cfg["model"]["table"])
+            r = replay(cfg, device=device, threads=threads, warmup=warmup, table=tab)
             f = mon.foreign_cores()
             if best is None or (f is not None and best[1] is not None and f < best[1]):
                 best = (r, f)
@@ -315,10 +311,31 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
         write_executions(r, d)
         reals.append(r)
         foreign.append(f)
+        # how fast the stages ran, alone, against the table the simulation used (the VM's speed drift)
+        drift.append(fit_engine([r], cores=int(cfg["engine"]["cores"])).get("alone_ratio"))
+    load_before = _loadavg()
+    t0 = time.perf_counter()
+    per_repeat = table in ("fresh", "serving")
+    maker = fresh_stage_table if table == "fresh" else serving_stage_table
+    sims, reals, foreign, drift = [], [], [], []
+    for k in range(repeats if per_repeat else 1):
+        sim_cfg = cfg
+        if per_repeat:
+            if max_foreign is not None:
+                wait_quiet(max_foreign, max_wait_s)
+            path = maker(cfg, out / f"stage_table_{k}.csv")
+            sim_cfg = {**cfg, "model": {"table": str(path)}}
+        sim = run(sim_cfg, progress=False)
+        write_outputs(sim, out / (f"sim_{k}" if per_repeat else "sim"), figure=False)
+        sims.append(sim)
+        if per_repeat:
+            _replay_once(k)
+    for k in range(0 if per_repeat else repeats):
+        _replay_once(k)
     load_after = _loadavg()
     fid = {
         "config": str(config) if isinstance(config, (str, Path)) else None,
-        "model": sim.summary.get("model"), "policy": sim.summary.get("policy"),
+        "model": sims[0].summary.get("model"), "policy": sims[0].summary.get("policy"),
         "workload": {k: v for k, v in cfg["workload"].items() if k in ("kind", "rate_qps", "n_queries", "seed",
                                                                         "seq_len", "seq_len_dist")},
         "engine": {k: cfg["engine"][k] for k in ("buffer_pairs", "instances", "sharing", "corun_slowdown",
@@ -327,10 +344,12 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
         "sim_table": table,
         "repeats": repeats,
         "replay_device": device,
-        "metrics": fidelity_table(sim.summary, [r.summary for r in reals]),
+        "metrics": fidelity_table(_mean_summary([x.summary for x in sims]), [r.summary for r in reals]),
+        "sim_per_repeat": ({m: [x.summary.get(m) for x in sims] for m in METRICS} if per_repeat else None),
+        "alone_ratio_per_repeat": drift,
         "measured_launch_overhead_ms": [r.summary.get("launch_overhead_ms_mean") for r in reals],
-        "n_completed": {"sim": sim.summary["n_completed"], "real": [r.summary["n_completed"] for r in reals]},
-        "mean_exit_batch_size": {"sim": sim.summary.get("mean_exit_batch_size"),
+        "n_completed": {"sim": sims[0].summary["n_completed"], "real": [r.summary["n_completed"] for r in reals]},
+        "mean_exit_batch_size": {"sim": float(np.mean([x.summary.get("mean_exit_batch_size") for x in sims])),
                                  "real": [r.summary.get("mean_exit_batch_size") for r in reals]},
         "loadavg_before": load_before, "loadavg_after": load_after,
         "foreign_cores": foreign,  # CPU used by other processes during each replay (cores)
@@ -339,9 +358,16 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
     fid["within_targets"] = all(v["within"] for v in fid["metrics"].values() if "within" in v)
     (out / "fidelity.json").write_text(json.dumps(fid, indent=2, default=_jd) + "\n")
     if figure:
-        overlay_figure(sim.queries, [r.queries for r in reals], out / "fidelity.png",
+        import pandas as pd
+
+        overlay_figure(pd.concat([x.queries for x in sims]), [r.queries for r in reals], out / "fidelity.png",
                        title=f"{fid['policy']} on {fid['model']}: simulated vs real ({repeats} runs)")
     return fid
+
+
+def _mean_summary(summaries: list[dict]) -> dict:
+    """The simulated metrics averaged over the per-repeat simulations (one simulation: itself)."""
+    return {m: float(np.mean([s[m] for s in summaries])) for m in METRICS if all(m in s for s in summaries)}
 
 
 def _jd(o):
