@@ -57,7 +57,8 @@ ENGINE_KEYS = {
     "corun_slowdown": "rate divisor while two or more executions overlap (>= 1)",
     "cores": 'CPU cores for sharing = "cores" (each execution takes one)',
     "launch_overhead_ms": "host-side scheduling cost added to every stage launch",
-    "admission_delay_ms": "time from a query's arrival until the front door sees it (receiving thread wake-up)",
+    "admission_delay_ms": "time from a query's arrival until the front door sees it (receiving thread wake-up): "
+                          "a constant, or a list of quantiles of its distribution",
     "service_cv": "run-to-run jitter of execution times: coefficient of variation of a mean-1 log-normal factor",
     "progress": "show a progress bar",
 }
@@ -145,7 +146,14 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
         raise ConfigError("engine.sharing", f"unknown mode {eng['sharing']!r}; allowed: {', '.join(MODES)}")
     _number(eng, "engine", "corun_slowdown", minimum=1.0)
     _number(eng, "engine", "launch_overhead_ms", minimum=0.0)
-    _number(eng, "engine", "admission_delay_ms", minimum=0.0)
+    ad = eng["admission_delay_ms"]
+    if isinstance(ad, list):
+        if (len(ad) < 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                   and x >= 0 for x in ad) or any(b < a for a, b in zip(ad, ad[1:]))):
+            raise ConfigError("engine.admission_delay_ms", "a list must hold >= 2 non-decreasing quantiles >= 0 (ms), "
+                                                           "e.g. [0.0, 0.05, 1.2]")
+    else:
+        _number(eng, "engine", "admission_delay_ms", minimum=0.0)
     _number(eng, "engine", "service_cv", minimum=0.0)
     if not isinstance(eng["progress"], bool):
         raise ConfigError("engine.progress", f"must be true or false, got {eng['progress']!r}")

@@ -127,3 +127,22 @@ def test_truncated_stepping_gives_the_study_peak():
     assert len(cut.stepping) < len(full.stepping)
     assert cut.peak_qps == pytest.approx(full.peak_qps, rel=1e-9)
     assert cut.bracket == pytest.approx(full.bracket, rel=1e-9)
+
+
+def test_validation_matrix_configs_are_valid_and_match_the_calibration():
+    """The committed fidelity-matrix configs simulate, and carry the calibration's fitted engine parameters."""
+    import json
+
+    from dvasim.api import run
+
+    vdir = EXP / "validation"
+    cal = json.loads((vdir / "calibration.json").read_text())["models"]
+    configs = sorted((vdir / "configs").glob("*.toml"))
+    assert len(configs) == 27
+    for path in configs[::4]:
+        r = run(path, overrides=["workload.n_queries=60"])
+        assert r.summary["n_completed"] == 60
+        eng = r.config["engine"]
+        model = r.config["model"]["name"]
+        assert eng["sharing"] == "cores" and eng["corun_slowdown"] == pytest.approx(cal[model]["corun_slowdown"], abs=1e-3)
+        assert eng["launch_overhead_ms"] == pytest.approx(cal[model]["launch_overhead_ms"], abs=1e-3)

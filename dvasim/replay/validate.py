@@ -193,7 +193,8 @@ def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]
 
     * ``launch_overhead_ms``: mean per stage launch of hand-off + book-keeping + buffer copies (what the
       replay spends around a stage's module call; the table times the call alone);
-    * ``admission_delay_ms``: mean time from a query's arrival until the front door saw it;
+    * ``admission_delay_ms``: mean time from a query's arrival until the front door saw it, and
+      ``admission_delay_quantiles_ms`` its quantiles (``[engine] admission_delay_ms`` takes either);
     * ``corun_slowdown``: the divisor ``s`` of the cores model (``n`` executions on ``cores`` cores each
       progress at ``min(1, cores / n) / s`` while ``n >= 2``). For every execution the module time splits into
       the time it ran alone ``A`` and, overlapped, ``B = integral of min(1, cores / n) dt``; the model says
@@ -235,6 +236,9 @@ def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]
     out: dict[str, Any] = {"cores": cores, "n_launches": len(launch), "n_queries": len(late)}
     out["launch_overhead_ms"] = float(np.mean(launch)) if launch else 0.0
     out["admission_delay_ms"] = float(np.mean(late)) if late else 0.0
+    # its distribution, as quantiles at levels 0, 0.05, .., 0.95, 0.999 (the simulator draws from them)
+    out["admission_delay_quantiles_ms"] = ([float(x) for x in np.quantile(late, [*np.linspace(0, 0.95, 20), 0.999])]
+                                           if len(late) >= 20 else None)
     if not rows:
         out["corun_slowdown"] = 1.0
         return out

@@ -40,7 +40,7 @@ def simulate(
     sharing: str = "fluid",
     corun_slowdown: float = 1.0,
     launch_overhead_ms: float = 0.0,
-    admission_delay_ms: float = 0.0,
+    admission_delay_ms: float | list[float] = 0.0,
     service_cv: float = 0.0,
     seed: int = 0,
     progress: bool = False,
@@ -65,7 +65,10 @@ def simulate(
     which fattens the latency tail), drawn from a generator seeded with ``seed`` in launch order (the same
     config and seed give the same run).
     ``admission_delay_ms`` is the time between a query's arrival and the moment the front door sees it (a
-    server's receiving thread waking up); its latency still counts from the arrival."""
+    server's receiving thread waking up); its latency still counts from the arrival. A list is the quantiles
+    (at evenly spaced levels from 0 to 1) of a measured delay distribution: every query draws its own delay
+    (seeded like the jitter), and the front door sees the queries in arrival order, each no earlier than the
+    one before it (one receiving thread)."""
     t0 = time.perf_counter()
     env = simpy.Environment()
     device = Device(env, sharing, corun_slowdown, cores)
@@ -76,6 +79,23 @@ def simulate(
         sigma = math.sqrt(math.log1p(service_cv * service_cv))
         rng = np.random.default_rng(seed)
         jitter = lambda: float(rng.lognormal(-sigma * sigma / 2.0, sigma))  # noqa: E731
+    if isinstance(admission_delay_ms, (list, tuple)):
+        import numpy as np
+
+        levels = np.linspace(0.0, 1.0, len(admission_delay_ms))
+        quantiles = np.asarray(admission_delay_ms, dtype=float)
+        rng_admit = np.random.default_rng([seed, 1])
+
+        def front_door_times(arrivals: list[float]) -> list[float]:
+            d = np.interp(rng_admit.random(len(arrivals)), levels, quantiles)
+            out, last = [], -math.inf
+            for a, x in zip(arrivals, d):
+                last = max(last, a + float(x))  # one receiving thread: in arrival order
+                out.append(last)
+            return out
+    else:
+        def front_door_times(arrivals: list[float]) -> list[float]:
+            return [a + admission_delay_ms for a in arrivals]
     overhead_on_cores = sharing == "cores"  # a CPU: the host's launch work runs on the same cores (device.py)
     n_stages = pipeline.n_stages
     queries = [Query(i, float(a), int(s)) for i, (a, s) in enumerate(zip(arrivals_ms, seq_lens))]
@@ -120,13 +140,14 @@ def simulate(
         poke()
 
     def arrivals():
-        # queries with the same arrival time reach the front door together, before it decides
+        # queries seen at the same time reach the front door together, before it decides
         k, n = 0, len(queries)
+        seen = front_door_times([q.arrival for q in queries])
         while k < n:
-            t = queries[k].arrival
-            if t + admission_delay_ms > env.now:
-                yield env.timeout(t + admission_delay_ms - env.now)
-            while k < n and queries[k].arrival == t:
+            t = seen[k]
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            while k < n and seen[k] == t:
                 pipeline.arrive(queries[k], env.now)
                 k += 1
             poke()
@@ -142,8 +163,9 @@ def simulate(
                 next_closed[0] += 1
                 q.arrival = env.now
                 sent.append(q)
-        if admission_delay_ms > 0:
-            yield env.timeout(admission_delay_ms)
+        delay = max(front_door_times([env.now] * len(sent)), default=env.now) - env.now
+        if delay > 0:
+            yield env.timeout(delay)
         for q in sent:
             pipeline.arrive(q, env.now)
         poke()

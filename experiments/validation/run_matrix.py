@@ -61,6 +61,8 @@ def case_config(model: str, policy: str, load: str, cal: dict | None = None) -> 
     if policy == "delaybatch":
         pol["max_queue_delay_ms"] = DELAY_MS
     eng = {**ENGINE, **{k: round(cal[k], 3) for k in ("corun_slowdown", "launch_overhead_ms", "admission_delay_ms", "service_cv")}}
+    if cal.get("admission_delay_quantiles_ms"):  # the measured distribution, not only its mean
+        eng["admission_delay_ms"] = [round(x, 3) for x in cal["admission_delay_quantiles_ms"]]
     return {"model": {"name": model, "device": "cpu", "stages": STAGES}, "policy": pol, "workload": wl,
             "qos": {"target_ms": 200.0}, "engine": eng, "replay": {"modules": "torchscript"}}
 
@@ -97,12 +99,14 @@ def calibrate(runs_dir: Path, max_foreign: float | None) -> dict:
         corun_fit = fit_engine([runs["dvabatch", "high"]], cores=ENGINE["cores"])
         # the loads are fractions of ZeroBatch's capacity *with* the fitted host costs (they take cores too)
         fitted = {"corun_slowdown": corun_fit["corun_slowdown"], "launch_overhead_ms": base_fit["launch_overhead_ms"],
-                  "admission_delay_ms": base_fit["admission_delay_ms"], "service_cv": base_fit["service_cv"]}
+                  "admission_delay_ms": base_fit["admission_delay_quantiles_ms"] or base_fit["admission_delay_ms"],
+                  "service_cv": base_fit["service_cv"]}
         cap_cfg["engine"] = {**cap_cfg["engine"], **fitted}
         cap_fitted = run(cap_cfg).summary["throughput_qps"]
         out[m] = {"capacity_qps": round(cap_fitted, 1), "capacity_qps_without_host_costs": round(cap, 1),
                   "launch_overhead_ms": base_fit["launch_overhead_ms"], "service_cv": base_fit["service_cv"],
                   "admission_delay_ms": base_fit["admission_delay_ms"],
+                  "admission_delay_quantiles_ms": base_fit["admission_delay_quantiles_ms"],
                   "corun_slowdown": corun_fit["corun_slowdown"],
                   "fit_zerobatch_3_loads": base_fit, "fit_high_load_dvabatch": corun_fit,
                   "table": str(table.relative_to(ROOT)) if table.is_relative_to(ROOT) else str(table)}
