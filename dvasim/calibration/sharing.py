@@ -224,8 +224,9 @@ def corun_times(fns: Sequence[Callable[[], object]], repeats: int, warmup: int, 
                 threads: int | None = 1, max_seconds: float = 30.0) -> list[np.ndarray]:
     """Times (ms) of runs of the callables ``fns`` looping at once, one thread each, kept while all loops ran.
 
-    All loops go on until each has at least ``repeats`` runs (or ``max_seconds`` passed since the first timed
-    run); a run is kept only if it started after every loop had started and ended before any stopped.
+    All loops go on until each has at least ``repeats`` runs that started after every loop had started (or
+    ``max_seconds`` passed since the first timed run); a run is kept only if it started after every loop had
+    started and ended before any stopped.
     """
     k_all = len(fns)
     if k_all < 2:
@@ -240,8 +241,12 @@ def corun_times(fns: Sequence[Callable[[], object]], repeats: int, warmup: int, 
             if stop.is_set():
                 return False
             if all(len(o) >= repeats for o in outs):
-                stop.set()
-                return False
+                # enough runs *while all loops ran*: count only runs that started after every loop had started
+                # (a loop the scheduler kept waiting could otherwise end up with no run in the common window)
+                lo = max(o[0][0] for o in outs)
+                if all(sum(1 for r in o if r[0] >= lo) >= repeats for o in outs):
+                    stop.set()
+                    return False
             if outs[k] and time.perf_counter_ns() - outs[k][0][0] > budget_ns:
                 stop.set()
                 return False
