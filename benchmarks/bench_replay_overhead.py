@@ -112,7 +112,7 @@ def measure(model: str, stages: int, queries: int, load: float, tmp: Path) -> di
         "engine": {"buffer_pairs": 2},
     }
     lens = {"seq_len_dist": "glue:MRPC"} if model.startswith("bert") else {}
-    path = serving_stage_table({**base, "workload": {"kind": "closed", "n_queries": 1}},
+    path = serving_stage_table({**base, "workload": {"kind": "closed", "n_queries": 1, **lens}},
                                tmp / f"{model}_stages.csv")
     table = LatencyTable.load(path)
     closed = {**base, "workload": {"kind": "closed", "clients": 1, "n_queries": queries, "think_ms": 0.0,
