@@ -79,14 +79,13 @@ def handoff_microbench(n: int = 2000) -> dict:
             "handoff_ms_p90": float(np.percentile(one_way, 90))}
 
 
-def _launch_stats(r, table, stages: int) -> dict:
+def _launch_stats(r) -> dict:
+    """Per-launch costs of replay ``r``; each execution carries its table time (the replay decided with it)."""
     ex = r.extra["replay"].executions
-    tok = table.seq_lens is not None
     h = np.array([e["handoff_ms"] for e in ex])
     k = np.array([e["bookkeeping_ms"] for e in ex])
     c = np.array([e["copy_ms"] for e in ex])
-    t = np.array([table.latency(e["stage"], e["batch_size"], e["seq_len"]) if tok
-                  else table.latency(e["stage"], e["batch_size"]) for e in ex])
+    t = np.array([e["table_ms"] for e in ex])
     span = np.array([e["finish_ms"] - e["start_ms"] for e in ex])
     comp = np.array([e["compute_ms"] for e in ex])
     excess = span - t
@@ -102,7 +101,6 @@ def _launch_stats(r, table, stages: int) -> dict:
 
 def measure(model: str, stages: int, queries: int, load: float, tmp: Path) -> dict:
     from dvasim.api import run
-    from dvasim.calibration.table import LatencyTable
     from dvasim.replay import replay
     from dvasim.replay.validate import serving_stage_table
 
@@ -114,7 +112,6 @@ def measure(model: str, stages: int, queries: int, load: float, tmp: Path) -> di
     lens = {"seq_len_dist": "glue:MRPC"} if model.startswith("bert") else {}
     path = serving_stage_table({**base, "workload": {"kind": "closed", "n_queries": 1, **lens}},
                                tmp / f"{model}_stages.csv")
-    table = LatencyTable.load(path)
     closed = {**base, "workload": {"kind": "closed", "clients": 1, "n_queries": queries, "think_ms": 0.0,
                                    "seed": 0, **lens}}
     r_closed = replay(closed, warmup=2, table=path)
@@ -125,7 +122,7 @@ def measure(model: str, stages: int, queries: int, load: float, tmp: Path) -> di
     opened = {**base, "workload": {"kind": "poisson", "rate_qps": rate, "n_queries": queries, "seed": 1, **lens}}
     r_open = replay(opened, warmup=2, table=path)
     return {"model": model, "stages": stages, "open_rate_qps": rate,
-            "closed": _launch_stats(r_closed, table, stages), "open": _launch_stats(r_open, table, stages)}
+            "closed": _launch_stats(r_closed), "open": _launch_stats(r_open)}
 
 
 def main() -> None:

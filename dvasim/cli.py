@@ -50,6 +50,15 @@ def cmd_run(args) -> int:
     return 0
 
 
+def add_config_arguments(p: argparse.ArgumentParser, config_help: str) -> None:
+    """The arguments every config-running command takes: the config, --out, --set, --no-figure."""
+    p.add_argument("config", help=config_help)
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config value (repeatable); the value is read as TOML")
+    p.add_argument("--no-figure", action="store_true", help="do not write latency.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "compare":
@@ -79,12 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dvasim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="simulate one config")
-    p.add_argument("config", help="TOML config file")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config value (repeatable); the value is read as TOML")
+    add_config_arguments(p, "TOML config file")
     p.add_argument("--progress", action="store_true", help="show a progress bar")
-    p.add_argument("--no-figure", action="store_true", help="do not write latency.png")
     p.set_defaults(func=cmd_run)
     sub.add_parser("compare", help="ZeroBatch / DelayBatch / DVABatch on the six models (paper Figs 14, 16)")
     sub.add_parser("profile", help="profile a model's stages into a latency table (needs torch); see dvasim profile -h")

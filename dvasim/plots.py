@@ -30,6 +30,12 @@ def latency_figure(df: pd.DataFrame, path: str | Path, title: str = "", qos_targ
     if qos_target_ms:
         a.axhline(qos_target_ms, color="red", ls="--", lw=1)
         b.axvline(qos_target_ms, color="red", ls="--", lw=1)
+    return save_figure(fig, path, title)
+
+
+def save_figure(fig, path: str | Path, title: str = "") -> Path:
+    """Title, lay out, write (110 dpi) and close ``fig``; returns the path."""
+    plt, _ = _plt()
     if title:
         fig.suptitle(title)
     fig.tight_layout()

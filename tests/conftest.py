@@ -26,3 +26,22 @@ def make_table(n_stages, fn, batch_sizes=range(1, 65), seq_lens=None, name="synt
 def flat_table():
     """Four stages of 1 ms each, at any batch size up to 64 (every stage saturates only at 64)."""
     return make_table(4, lambda s, b: 1.0)
+
+
+def vgg19_config_file(path, rate_qps: float, n_queries: int, seed: int, engine: str = ""):
+    """A small TOML config (vgg19 in 2 stages, ZeroBatch up to 8, Poisson) for the replay CLI tests."""
+    path.write_text(f"""
+[model]
+name = "vgg19"
+device = "cpu"
+stages = 2
+[policy]
+name = "zerobatch"
+max_batch_size = 8
+[workload]
+kind = "poisson"
+rate_qps = {rate_qps}
+n_queries = {n_queries}
+seed = {seed}
+{engine}""")
+    return path

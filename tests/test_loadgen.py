@@ -15,6 +15,7 @@ import dvasim.replay.loadgen as lgmod  # noqa: E402
 from dvasim.cli import main  # noqa: E402
 from dvasim.replay import ReplayStageError  # noqa: E402
 from dvasim.replay.loadgen import parse_summary, replay_loadgen  # noqa: E402
+from tests.conftest import vgg19_config_file  # noqa: E402
 from tests.test_replay import Exploding, assert_outputs_match, cfg  # noqa: E402
 
 
@@ -38,21 +39,7 @@ def test_loadgen_server_run_end_to_end(tmp_path):
 
 
 def test_cli_replay_loadgen(tmp_path):
-    conf = tmp_path / "c.toml"
-    conf.write_text("""
-[model]
-name = "vgg19"
-device = "cpu"
-stages = 2
-[policy]
-name = "zerobatch"
-max_batch_size = 8
-[workload]
-kind = "poisson"
-rate_qps = 100
-n_queries = 30
-seed = 2
-""")
+    conf = vgg19_config_file(tmp_path / "c.toml", 100, 30, 2)
     out = tmp_path / "out"
     assert main(["replay", str(conf), "--out", str(out), "--loadgen", "--target-qps", "120", "--no-figure"]) == 0
     for f in ("queries.csv", "summary.json", "config.json", "mlperf_log_summary.txt", "loadgen.json"):

@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 from dvasim.cli import main  # noqa: E402
 from dvasim.core.executor import ExecutorState  # noqa: E402
 from dvasim.replay import ReplayStageError, make_engine, prepare, replay, to_run_result  # noqa: E402
+from tests.conftest import vgg19_config_file  # noqa: E402
 
 A, C, W, INA = ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING, ExecutorState.INACTIVE
 # the transitions of the paper's Figure 11 (and nothing else)
@@ -208,21 +209,7 @@ def test_same_config_same_schedule_and_inputs():
 
 
 def test_cli_replay_writes_the_run_files(tmp_path):
-    conf = tmp_path / "c.toml"
-    conf.write_text("""
-[model]
-name = "vgg19"
-device = "cpu"
-stages = 2
-[policy]
-name = "zerobatch"
-max_batch_size = 8
-[workload]
-kind = "poisson"
-rate_qps = 200
-n_queries = 40
-seed = 4
-""")
+    conf = vgg19_config_file(tmp_path / "c.toml", 200, 40, 4)
     out = tmp_path / "out"
     assert main(["replay", str(conf), "--out", str(out)]) == 0
     for f in ("queries.csv", "summary.json", "config.json", "latency.png"):
@@ -260,24 +247,8 @@ def test_closed_loop_like_the_simulator():
 
 
 def test_cli_validate_writes_fidelity(tmp_path):
-    conf = tmp_path / "c.toml"
-    conf.write_text("""
-[model]
-name = "vgg19"
-device = "cpu"
-stages = 2
-[policy]
-name = "zerobatch"
-max_batch_size = 8
-[workload]
-kind = "poisson"
-rate_qps = 150
-n_queries = 40
-seed = 5
-[engine]
-sharing = "parallel"
-launch_overhead_ms = 0.3
-""")
+    conf = vgg19_config_file(tmp_path / "c.toml", 150, 40, 5,
+                             engine='[engine]\nsharing = "parallel"\nlaunch_overhead_ms = 0.3\n')
     out = tmp_path / "val"
     assert main(["validate", str(conf), "--out", str(out), "--repeats", "2", "--set", "workload.seed=6"]) == 0
     fid = json.loads((out / "fidelity.json").read_text())

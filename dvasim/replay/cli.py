@@ -28,35 +28,46 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError("arguments", message)
 
 
-def _positive_int(field: str, v) -> int:
+def _positive_int(field: str, v, minimum: int = 1) -> int:
     try:
         n = int(v)
     except (TypeError, ValueError):
-        raise _UsageError(field, f"must be an integer >= 1, got {v!r}") from None
-    if n < 1:
-        raise _UsageError(field, f"must be an integer >= 1, got {v!r}")
+        raise _UsageError(field, f"must be an integer >= {minimum}, got {v!r}") from None
+    if n < minimum:
+        raise _UsageError(field, f"must be an integer >= {minimum}, got {v!r}")
     return n
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="TOML config file (a named model: name, device, stages)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config value (repeatable); the value is read as TOML")
+    from dvasim.cli import add_config_arguments
+
+    add_config_arguments(p, "TOML config file (a named model: name, device, stages)")
     p.add_argument("--device", default="cpu", help="cpu (threads) or cuda (streams and events); default cpu")
     p.add_argument("--threads", default="1", help="torch intra-op threads for the run (process-wide); default 1")
-    p.add_argument("--no-figure", action="store_true", help="do not write latency.png")
+
+
+def _number(field: str, v, minimum: float, strict: bool = False) -> float:
+    """A number option: > ``minimum`` if ``strict``, else >= ``minimum``."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        x = float("nan")
+    if not (x > minimum if strict else x >= minimum):
+        raise _UsageError(field, f"must be a number {'>' if strict else '>='} {minimum:g}, got {v!r}")
+    return x
 
 
 def _check_device(dev: str) -> str:
-    if dev not in ("cpu", "cuda"):
-        raise _UsageError("--device", f"must be cpu or cuda, got {dev!r}")
-    if dev == "cuda":
-        import torch
+    if dev != "cuda":  # the replay takes the whole "cuda" device, not "cuda:N"
+        if dev != "cpu":
+            raise _UsageError("--device", f"must be cpu or cuda, got {dev!r}")
+        return dev
+    from dvasim.calibration.profiler import _check_device as check
 
-        if not torch.cuda.is_available():
-            raise _UsageError("--device", "cuda is not available on this machine; use --device cpu")
-    return dev
+    try:
+        return check(dev)
+    except DvasimError as e:
+        raise _UsageError("--device", e.message) from None
 
 
 def cli_replay(argv: list[str]) -> int:
@@ -70,20 +81,10 @@ def cli_replay(argv: list[str]) -> int:
         args = p.parse_args(argv)
         dev = _check_device(args.device)
         threads = _positive_int("--threads", args.threads)
-        try:
-            warmup = int(args.warmup)
-        except ValueError:
-            raise _UsageError("--warmup", f"must be an integer >= 0, got {args.warmup!r}") from None
-        if warmup < 0:
-            raise _UsageError("--warmup", f"must be an integer >= 0, got {args.warmup!r}")
+        warmup = _positive_int("--warmup", args.warmup, minimum=0)
         target = None
         if args.target_qps is not None:
-            try:
-                target = float(args.target_qps)
-            except ValueError:
-                target = -1.0
-            if not target > 0:
-                raise _UsageError("--target-qps", f"must be a number > 0, got {args.target_qps!r}")
+            target = _number("--target-qps", args.target_qps, 0.0, strict=True)
             if not args.loadgen:
                 raise _UsageError("--target-qps", "only with --loadgen")
     except _UsageError as e:
@@ -150,12 +151,7 @@ def cli_validate(argv: list[str]) -> int:
         repeats = _positive_int("--repeats", args.repeats)
         max_foreign = None
         if args.max_foreign_load is not None:
-            try:
-                max_foreign = float(args.max_foreign_load)
-            except ValueError:
-                max_foreign = -1.0
-            if not max_foreign >= 0:
-                raise _UsageError("--max-foreign-load", f"must be a number >= 0, got {args.max_foreign_load!r}")
+            max_foreign = _number("--max-foreign-load", args.max_foreign_load, 0.0)
     except _UsageError as e:
         print(f"dvasim validate: error: {e}", file=sys.stderr)
         return 2

@@ -716,6 +716,14 @@ def make_engine(setup: ReplaySetup, device: str | None = None, **kwargs) -> Repl
                         device=device or setup.device, stage_labels=setup.labels, **kwargs)
 
 
+def admission_delays(queries: list[Query]):
+    """How late the front door saw each query after its arrival (ms; queries never seen are left out)."""
+    import numpy as np
+
+    late = np.array([q.seen - q.arrival for q in queries], dtype=float)
+    return late[np.isfinite(late)]
+
+
 def overhead_stats(executions: list[dict], queries: list[Query] | None = None) -> dict[str, float]:
     """The replay's own scheduling cost per stage launch (see the module docstring), in ms, and how late the
     front door saw the queries after their arrival (``admission_delay_ms_*``, the simulator's
@@ -723,7 +731,7 @@ def overhead_stats(executions: list[dict], queries: list[Query] | None = None) -
     import numpy as np
 
     out: dict[str, float] = {}
-    late = np.array([q.seen - q.arrival for q in queries or [] if math.isfinite(q.seen - q.arrival)])
+    late = admission_delays(queries or [])
     if len(late):
         out.update(admission_delay_ms_mean=float(late.mean()), admission_delay_ms_p50=float(np.median(late)),
                    admission_delay_ms_p90=float(np.percentile(late, 90)))

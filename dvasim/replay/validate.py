@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dvasim import config as cfgmod
-from dvasim.calibration.profiler import CpuMonitor
+from dvasim.calibration.profiler import CpuMonitor, wait_quiet
 
 __all__ = ["validate", "fidelity_table", "format_fidelity", "fit_engine", "METRICS", "TARGETS"]
 
@@ -60,24 +60,22 @@ def fidelity_table(sim: dict, reals: list[dict]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def wait_quiet(max_foreign: float, max_wait_s: float = 120.0, probe_s: float = 1.0) -> float | None:
-    """Wait (up to ``max_wait_s``) until other processes use at most ``max_foreign`` cores over ``probe_s``."""
-    from dvasim.calibration.profiler import wait_quiet as _wait_quiet
-
-    return _wait_quiet(max_foreign, max_wait=max_wait_s, probe=probe_s)
+def _profile_grid(table, cfg: dict) -> tuple[list[int], list[int] | None]:
+    """The batch sizes and lengths to profile for a config: every batch size the policy can form (kernels are
+    not linear between powers of two, so interpolating would mislead), the model table's lengths."""
+    top = int(getattr(table, "max_batch_size", 32))
+    top = min(top, int(cfg["policy"].get("max_batch_size") or top))
+    return list(range(1, top + 1)), None if table.seq_lens is None else [int(x) for x in table.seq_lens]
 
 
 def fresh_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3) -> Path:
-    """Profile the config's real stage modules now (same cuts, the shipped table's batch sizes and lengths,
-    one thread, the profiler's method, the replay's ``[replay] modules``) and save the per-stage table at ``path``."""
+    """Profile the config's real stage modules now (same cuts, :func:`_profile_grid`, one thread, the
+    profiler's method, the replay's ``[replay] modules``) and save the per-stage table at ``path``."""
     from dvasim.calibration.models import resolve_model
     from dvasim.calibration.profiler import profile_stages, save_profile
 
     resolved = resolve_model(cfg["model"])
-    ship = resolved.table
-    top = int(getattr(ship, "max_batch_size", 32))
-    bss = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= top]
-    sls = None if ship.seq_lens is None else [int(x) for x in ship.seq_lens]
+    bss, sls = _profile_grid(resolved.table, cfg)
     df = profile_stages(resolved.name, cuts=list(resolved.bounds[1:]), batch_sizes=bss, seq_lens=sls,
                         repeats=repeats, warmup=warmup, threads=1, variant=resolved.variant,
                         modules=cfg["replay"]["modules"])
@@ -88,9 +86,8 @@ def fresh_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3)
 def serving_stage_table(cfg: dict, path: Path, repeats: int = 15, gap_ms: float = 3.0, warmup: int = 2) -> Path:
     """Profile the config's stage modules *as the replay runs them* and save the per-stage table at ``path``.
 
-    Like the profiler (median of ``repeats`` timed runs per point, one intra-op thread, the shipped table's
-    lengths), at every batch size from 1 to the policy's largest (the kernels' speed is not linear between powers
-    of two), and in the replay's execution context: the replay's own stage modules (TorchScript
+    Like the profiler (median of ``repeats`` timed runs per point, one intra-op thread, :func:`_profile_grid`),
+    but in the replay's execution context: the replay's own stage modules (TorchScript
     by default, ``[replay] modules``), one thread per stage woken through a queue, the stages of one round run
     one after the other as a query at low load goes through the pipeline (so each finds the caches as the
     previous stages left them), every round ``gap_ms`` after the previous one, inputs read from and outputs
@@ -107,11 +104,8 @@ def serving_stage_table(cfg: dict, path: Path, repeats: int = 15, gap_ms: float 
     from dvasim.replay.engine import prepare
 
     setup = prepare(cfg)
-    ship = setup.profile
-    top = int(getattr(ship, "max_batch_size", 32))
-    top = min(top, int(getattr(setup.policy, "max_batch_size", None) or top))
-    bss = list(range(1, top + 1))  # every batch size the policy can form: no interpolation between them
-    sls = [None] if ship.seq_lens is None else [int(x) for x in ship.seq_lens]
+    bss, sls = _profile_grid(setup.profile, setup.cfg)
+    sls = sls or [None]
     model, n = setup.model, len(setup.stages)
     bufs = BufferSet(model, list(setup.resolved.bounds), 1, 1, max(bss), max_len=1 if sls == [None] else max(sls))
     mail = [queue.SimpleQueue() for _ in range(n + 1)]
@@ -205,17 +199,18 @@ def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]
       among executions that ran alone, each relative to the median of its stage and batch size;
     * the evidence: counts, ``alone_ratio`` ``a``, and the measured mean ratio by overlap.
     """
-    launch, late, rows = [], [], []
+    from dvasim.replay.engine import admission_delays, overhead_stats
+
+    rows = []
+    all_ex = [e for r in runs for e in r.extra["replay"].executions]
+    all_q = [q for r in runs for q in r.extra["replay"].queries]
     for r in runs:
-        res = r.extra["replay"]
-        ex = res.executions
-        late += [q.seen - q.arrival for q in res.queries if math.isfinite(q.seen - q.arrival)]
+        ex = r.extra["replay"].executions
         if not ex:
             continue
         b = np.array([e["begin_ms"] for e in ex])
         e_ = np.array([e["end_ms"] for e in ex])
         for i, e in enumerate(ex):
-            launch.append(e["handoff_ms"] + e["bookkeeping_ms"] + (e["copy_ms"] if math.isfinite(e["copy_ms"]) else 0.0))
             # the module's own span: the copies are around it, take them off proportionally at both ends
             lo, hi = b[i], e_[i]
             others = np.nonzero((b < hi) & (e_ > lo))[0]
@@ -233,9 +228,13 @@ def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]
             scale = max(span - copy, 1e-9) / span if span > 0 else 1.0
             rows.append((e["table_ms"], (span - copy), alone * scale, shared * scale,
                          (span - alone) / span if span > 0 else 0.0, e["stage"] * 10_000 + e["batch_size"]))
-    out: dict[str, Any] = {"cores": cores, "n_launches": len(launch), "n_queries": len(late)}
-    out["launch_overhead_ms"] = float(np.mean(launch)) if launch else 0.0
-    out["admission_delay_ms"] = float(np.mean(late)) if late else 0.0
+    late = admission_delays(all_q)
+    st = overhead_stats(all_ex, all_q)
+    copy = st.get("copy_ms_mean", 0.0)
+    out: dict[str, Any] = {"cores": cores, "n_launches": len(all_ex), "n_queries": len(late)}
+    # hand-off + book-keeping + buffer copies per stage launch
+    out["launch_overhead_ms"] = st.get("launch_overhead_ms_mean", 0.0) + (copy if math.isfinite(copy) else 0.0)
+    out["admission_delay_ms"] = st.get("admission_delay_ms_mean", 0.0)
     # its distribution, as quantiles at levels 0, 0.05, .., 0.95, 0.999 (the simulator draws from them)
     out["admission_delay_quantiles_ms"] = ([float(x) for x in np.quantile(late, [*np.linspace(0, 0.95, 20), 0.999])]
                                            if len(late) >= 20 else None)
@@ -301,7 +300,7 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
         best = None
         for _attempt in range(1 + (retries if max_foreign is not None else 0)):
             if max_foreign is not None:
-                wait_quiet(max_foreign, max_wait_s)
+                wait_quiet(max_foreign, max_wait=max_wait_s, probe=1.0)
             mon = CpuMonitor()
             r = replay(cfg, device=device, threads=threads, warmup=warmup, table=tab)
             f = mon.foreign_cores()
@@ -326,7 +325,7 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
         sim_cfg = cfg
         if per_repeat:
             if max_foreign is not None:
-                wait_quiet(max_foreign, max_wait_s)
+                wait_quiet(max_foreign, max_wait=max_wait_s, probe=1.0)
             path = maker(cfg, out / f"stage_table_{k}.csv")
             sim_cfg = {**cfg, "model": {"table": str(path)}}
         sim = run(sim_cfg, progress=False)
@@ -389,7 +388,7 @@ def _loadavg() -> list[float] | None:
 
 def overlay_figure(sim_df, real_dfs, path, title: str = "") -> Path:
     """Histogram (density) and CDF of the simulated and the real latencies, overlaid."""
-    from dvasim.plots import _plt
+    from dvasim.plots import _plt, save_figure
 
     plt, sns = _plt()
     sim_lat = sim_df.loc[sim_df["finish_ms"].notna(), "latency_ms"].to_numpy()
@@ -406,13 +405,7 @@ def overlay_figure(sim_df, real_dfs, path, title: str = "") -> Path:
     sns.ecdfplot(x=sim_lat, ax=b, color="C1", lw=2, label="simulated")
     b.set(xlabel="latency (ms)", ylabel="fraction of queries", title="latency CDF")
     b.legend()
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def format_fidelity(fid: dict) -> str:

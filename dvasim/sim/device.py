@@ -52,6 +52,8 @@ class Device:
             raise ValueError("cores must be >= 1")
         self.env = env
         self.mode = mode
+        # a CPU runs the host's launch work (hand-off, book-keeping, copies) on the same cores as the stages
+        self.hosts_launch_work = mode == "cores"
         self.cores = cores
         self.slowdown = corun_slowdown
         self.jobs: list[_Job] = []

@@ -96,7 +96,6 @@ def simulate(
     else:
         def front_door_times(arrivals: list[float]) -> list[float]:
             return [a + admission_delay_ms for a in arrivals]
-    overhead_on_cores = sharing == "cores"  # a CPU: the host's launch work runs on the same cores (device.py)
     n_stages = pipeline.n_stages
     queries = [Query(i, float(a), int(s)) for i, (a, s) in enumerate(zip(arrivals_ms, seq_lens))]
     if len(queries) != len(arrivals_ms) or len(arrivals_ms) != len(seq_lens):
@@ -176,10 +175,11 @@ def simulate(
                 yield wake[k]
             ex = mailbox[k]
             mailbox[k] = None
-            if launch_overhead_ms > 0 and not overhead_on_cores:
+            on_device = device.hosts_launch_work
+            if launch_overhead_ms > 0 and not on_device:
                 yield env.timeout(launch_overhead_ms)
             work = ex.standalone_ms * (jitter() if jitter is not None else 1.0)
-            yield device.run(work + (launch_overhead_ms if overhead_on_cores else 0.0), ex.demand)
+            yield device.run(work + (launch_overhead_ms if on_device else 0.0), ex.demand)
             n_before = len(pipeline.exited)
             pipeline.finish(ex, env.now)
             n_exited = len(pipeline.exited) - n_before

@@ -70,8 +70,9 @@ def case_config(model: str, policy: str, load: str, cal: dict | None = None) -> 
 def calibrate(runs_dir: Path, max_foreign: float | None) -> dict:
     """Per model: serving table now, ZeroBatch capacity with it, replays on seed 2, fit_engine."""
     from dvasim.api import run
+    from dvasim.calibration.profiler import wait_quiet
     from dvasim.replay.engine import replay
-    from dvasim.replay.validate import fit_engine, serving_stage_table, wait_quiet
+    from dvasim.replay.validate import fit_engine, serving_stage_table
 
     base = {m: {"capacity_qps": 100.0, "corun_slowdown": 1.0, "launch_overhead_ms": 0.0,
                 "admission_delay_ms": 0.0, "service_cv": 0.0} for m in MODELS}
@@ -80,7 +81,7 @@ def calibrate(runs_dir: Path, max_foreign: float | None) -> dict:
         d = runs_dir / m
         d.mkdir(parents=True, exist_ok=True)
         if max_foreign is not None:
-            wait_quiet(max_foreign)
+            wait_quiet(max_foreign, max_wait=120.0, probe=1.0)
         cfg = case_config(m, "zerobatch", "high", base)
         table = serving_stage_table(cfg, d / "stage_table.csv")
         cap_cfg = {**cfg, "model": {"table": str(table)}}
