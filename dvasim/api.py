@@ -40,15 +40,19 @@ def load_profile(model_cfg: dict[str, Any]):
     return resolve_model(model_cfg).table
 
 
-def run(config, overrides: list[str] | None = None, progress: bool | None = None) -> RunResult:
-    """Simulate one config (a TOML path, a dict of sections, or an already resolved dict)."""
+def run(config, overrides: list[str] | None = None, progress: bool | None = None,
+        engine: str | Path | None = None) -> RunResult:
+    """Simulate one config (a TOML path, a dict of sections, or an already resolved dict). ``engine``: an engine
+    file written by ``dvasim fit``, merged over the config's ``[engine]`` (``--set`` overrides still win)."""
     from dvasim.core.pipeline import Pipeline
     from dvasim.policies import make_policy
     from dvasim.sim.engine import simulate
+    from dvasim.sim.host import host_from_config
     from dvasim.workload import workload_from_config
 
-    cfg = cfgmod.resolve(config, overrides)
+    cfg = cfgmod.resolve(config, overrides, engine=engine)
     profile = load_profile(cfg["model"])
+    host = host_from_config(cfg["engine"].get("host"), profile.n_stages, cfg["base_dir"])
     params = {k: v for k, v in cfg["policy"].items() if k != "name"}
     policy = make_policy(cfg["policy"]["name"], params)
     workload = workload_from_config(
@@ -65,7 +69,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         admission_delay_ms=eng["admission_delay_ms"],
         service_cv=eng["service_cv"], seed=int(cfg["workload"].get("seed", 0)),
         progress=eng["progress"] if progress is None else progress,
-        closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True,
+        closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True, host=host,
     )
     df = records_frame(res.queries, profile.n_stages)
     summary = summarize(df, cfg["qos"]["target_ms"])
@@ -79,6 +83,8 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     )
     resolved = {**cfg, "policy": {**cfg["policy"], **policy.describe()}}
     resolved["model"] = {**cfg["model"], "provenance": dict(getattr(profile, "provenance", {}))}
+    if host is not None:
+        resolved["engine"] = {**cfg["engine"], "host": host.describe()}
     return RunResult(df, summary, resolved, res.stuck)
 
 

@@ -5,6 +5,7 @@
     dvasim profile --model NAME --stages N --device cpu|cuda --batch-sizes 1,2,4 --out FILE.csv   (needs torch)
     dvasim replay CONFIG.toml --out DIR [--loadgen]       real torch execution of the config (needs torch)
     dvasim validate CONFIG.toml --out DIR [--repeats K]   simulator vs replay: DIR/fidelity.json (needs torch)
+    dvasim fit DIR... --out engine.toml                  the engine fitted to replay folders (dvasim run --engine)
 
 Errors a user can fix print one line (``dvasim: error: <field>: <what is allowed>``) and exit with status 2.
 """
@@ -38,7 +39,7 @@ def print_summary(summary: dict, file=sys.stdout) -> None:
 def cmd_run(args) -> int:
     from dvasim.api import run, write_outputs
 
-    result = run(args.config, overrides=args.set, progress=args.progress or None)
+    result = run(args.config, overrides=args.set, progress=args.progress or None, engine=args.engine)
     out = write_outputs(result, args.out, figure=not args.no_figure)
     print(f"dvasim run {args.config}: results in {out}/")
     print_summary(result.summary)
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         except DvasimError as e:
             print(f"dvasim: error: {e}", file=sys.stderr)
             return 2
+    if argv and argv[0] == "fit":
+        from dvasim.fit import cli_fit
+
+        return cli_fit(argv[1:])
     if argv and argv[0] == "profile":
         try:
             from dvasim.calibration.profiler import cli_profile
@@ -90,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("run", help="simulate one config")
     add_config_arguments(p, "TOML config file")
     p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--engine", metavar="ENGINE.toml", default=None,
+                   help="an engine file written by dvasim fit, merged over the config's [engine]")
     p.set_defaults(func=cmd_run)
     sub.add_parser("compare", help="ZeroBatch / DelayBatch / DVABatch on the six models (paper Figs 14, 16)")
+    sub.add_parser("fit", help="fit the simulator's engine to replay folders: dvasim fit DIR... --out engine.toml")
     sub.add_parser("profile", help="profile a model's stages into a latency table (needs torch); see dvasim profile -h")
     sub.add_parser("replay", help="replay a config on real torch execution (needs torch); see dvasim replay -h")
     sub.add_parser("validate", help="simulate and replay a config, write fidelity.json (needs torch)")

@@ -61,6 +61,8 @@ ENGINE_KEYS = {
                           "a constant, or a list of quantiles of its distribution",
     "service_cv": "run-to-run jitter of execution times: coefficient of variation of a mean-1 log-normal factor",
     "progress": "show a progress bar",
+    "host": "[engine.host]: the host of a GPU run (launch costs, launching cores, interpreter lock); "
+            "see dvasim.sim.host",
 }
 QOS_KEYS = {"target_ms": "latency target for the QoS violation rate"}
 REPLAY_KEYS = {"modules": 'how the replay runs the stage modules: "torchscript" (traced and frozen, the default) or "eager"'}
@@ -76,6 +78,37 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("config", f"{p}: not valid TOML ({e})") from None
     data.setdefault("_base_dir", str(p.resolve().parent))
     return data
+
+
+def apply_engine_file(raw: dict[str, Any], path: str | Path | None) -> dict[str, Any]:
+    """Merge the ``[engine]`` section of ``path`` (e.g. written by ``dvasim fit``) over the config's engine.
+
+    Keys of the file win; ``[engine.host]`` is merged key by key. A relative ``launch_table`` in the file is
+    taken relative to the file."""
+    if path is None:
+        return raw
+    try:
+        data = load_toml(path)
+    except ConfigError as e:
+        raise ConfigError("--engine", e.message) from None
+    base = data.pop("_base_dir")
+    eng = data.get("engine")
+    if not isinstance(eng, dict) or not eng:
+        raise ConfigError("--engine", f"{path}: has no [engine] section; give a file written by dvasim fit")
+    extra = sorted(k for k in data if k not in ("engine", "fit"))
+    if extra:
+        raise ConfigError("--engine", f"{path}: only [engine] (and [fit] notes) may be in an engine file, "
+                                      f"found [{extra[0]}]")
+    eng = copy.deepcopy(eng)
+    host = eng.get("host")
+    if isinstance(host, dict) and isinstance(host.get("launch_table"), str):
+        host["launch_table"] = str(find_file(host["launch_table"], base, "engine.host.launch_table"))
+    raw = copy.deepcopy(raw)
+    merged = {**raw.get("engine", {}), **eng}
+    if isinstance(raw.get("engine", {}).get("host"), dict) and isinstance(host, dict):
+        merged["host"] = {**raw["engine"]["host"], **host}
+    raw["engine"] = merged
+    return raw
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -101,11 +134,14 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[st
     return raw
 
 
-def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None,
+            engine: str | Path | None = None) -> dict[str, Any]:
     """Return the config with defaults filled in and every section checked (policy/workload keys are checked
-    by the policy and workload builders)."""
+    by the policy and workload builders). ``engine``: an engine file (``dvasim fit``) merged over ``[engine]``
+    before the overrides."""
     if isinstance(raw, (str, Path)):
         raw = load_toml(raw)
+    raw = apply_engine_file(raw, engine)
     raw = apply_overrides(raw, overrides)
     base_dir = raw.pop("_base_dir", None) or raw.pop("base_dir", None)
     for section in raw:
@@ -155,6 +191,8 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     else:
         _number(eng, "engine", "admission_delay_ms", minimum=0.0)
     _number(eng, "engine", "service_cv", minimum=0.0)
+    if "host" in eng and not isinstance(eng["host"], dict):
+        raise ConfigError("engine.host", "must be a table of keys ([engine.host]), see dvasim.sim.host")
     if not isinstance(eng["progress"], bool):
         raise ConfigError("engine.progress", f"must be true or false, got {eng['progress']!r}")
     _number(cfg["qos"], "qos", "target_ms", minimum=0.0, strict=True)

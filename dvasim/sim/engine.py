@@ -49,6 +49,7 @@ def simulate(
     think_ms: float = 0.0,
     fail_soft: bool = False,
     cores: int = 2,
+    host=None,
 ) -> SimResult:
     """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
 
@@ -68,10 +69,29 @@ def simulate(
     server's receiving thread waking up); its latency still counts from the arrival. A list is the quantiles
     (at evenly spaced levels from 0 to 1) of a measured delay distribution: every query draws its own delay
     (seeded like the jitter), and the front door sees the queries in arrival order, each no earlier than the
-    one before it (one receiving thread)."""
+    one before it (one receiving thread).
+
+    ``host`` (a :class:`dvasim.sim.host.HostModel`, ``[engine.host]``) models the host of a GPU run: every stage
+    launch then costs host time on the host's launching cores, its Python-level part holds one interpreter lock,
+    and the table's time is the GPU's, run on the device while the kernels are launched (see
+    :mod:`dvasim.sim.host`)."""
     t0 = time.perf_counter()
     env = simpy.Environment()
     device = Device(env, sharing, corun_slowdown, cores)
+    if host is not None:
+        host_cores = Device(env, "cores", 1.0, host.cores)
+        interpreter_lock = Device(env, "cores", 1.0, 1)  # one lock: processor sharing of capacity one
+        stall = None
+        if host.stall_prob > 0:
+            import numpy as np
+
+            rng_stall = np.random.default_rng([seed, 2])
+            stall_levels = np.linspace(0.0, 1.0, len(host.stall_ms))
+            stall_q = np.asarray(host.stall_ms, dtype=float)
+
+            def stall() -> float:  # one draw pair per launch, in launch order (deterministic per seed)
+                u, v = rng_stall.random(2)
+                return float(np.interp(v, stall_levels, stall_q)) if u < host.stall_prob else 0.0
     jitter = None
     if service_cv > 0:
         import numpy as np
@@ -169,17 +189,33 @@ def simulate(
             pipeline.arrive(q, env.now)
         poke()
 
+    def host_launch(ex):
+        # hand-off and Python-level copies (holding the lock), then the launch on a core while the GPU works
+        f = jitter() if jitter is not None else 1.0
+        b = ex.batch_size
+        locked = host.locked(ex.stage, b) * f + launch_overhead_ms
+        if locked > 0:
+            yield interpreter_lock.run(locked)
+        gpu = device.run(ex.standalone_ms * f, ex.demand)
+        launch = host.launch(ex.stage, b, ex.seq_len) * f + (stall() if stall is not None else 0.0)
+        if launch > 0:
+            yield (interpreter_lock if host.locks_launch else host_cores).run(launch)
+        yield gpu
+
     def executor(k: int):
         while True:
             if mailbox[k] is None:
                 yield wake[k]
             ex = mailbox[k]
             mailbox[k] = None
-            on_device = device.hosts_launch_work
-            if launch_overhead_ms > 0 and not on_device:
-                yield env.timeout(launch_overhead_ms)
-            work = ex.standalone_ms * (jitter() if jitter is not None else 1.0)
-            yield device.run(work + (launch_overhead_ms if on_device else 0.0), ex.demand)
+            if host is not None:
+                yield from host_launch(ex)
+            else:
+                on_device = device.hosts_launch_work
+                if launch_overhead_ms > 0 and not on_device:
+                    yield env.timeout(launch_overhead_ms)
+                work = ex.standalone_ms * (jitter() if jitter is not None else 1.0)
+                yield device.run(work + (launch_overhead_ms if on_device else 0.0), ex.demand)
             n_before = len(pipeline.exited)
             pipeline.finish(ex, env.now)
             n_exited = len(pipeline.exited) - n_before

@@ -1,0 +1,78 @@
+"""Predicting replays the fit never saw: fit the engine on some replay folders, simulate others, score them.
+
+Used by ``experiments/h100_fit/check.py`` on the H100 replays in ``traces/h100_replays/`` and by the tests on
+a few of them. A case is simulated with its folder's own config (same workload, seed, policy and engine), the
+model's stage table in place of the named model (``[model] table = <model>_serving_table.csv``, the table the
+replay's policy decided with) and the fitted engine file. The real figures are the mean of the case's real runs
+(``<model>_summary.json`` holds two per case); a case whose real runs differ in mean latency by more than half
+their mean is reported as noise and not scored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+TARGETS = {"throughput_qps": 0.05, "mean_latency_ms": 0.15, "p99_latency_ms": 0.25}
+
+
+def case_config(folder, table) -> dict[str, Any]:
+    """The folder's replay config as a simulator config on ``table``."""
+    import tomllib
+
+    from dvasim.fit import _find, _read_text
+
+    d = Path(folder)
+    cfg = tomllib.loads(_read_text(_find(d, "config.toml")))
+    cfg = {k: v for k, v in cfg.items() if k != "replay"}
+    cfg["model"] = {"table": str(Path(table).resolve())}
+    cfg["_base_dir"] = str(d.resolve())
+    return cfg
+
+
+def real_runs(summary_json, policy: str, load: float) -> dict[str, list[float]] | None:
+    """The real runs of one case from a ``<model>_summary.json`` (lists over runs), or ``None``."""
+    for c in json.loads(Path(summary_json).read_text()):
+        if c["policy"] == policy and abs(float(c["load"]) - load) < 1e-9:
+            return {"mean_latency_ms": c["real_mean_latency_ms"], "p99_latency_ms": c["real_p99_latency_ms"],
+                    "throughput_qps": c["real_throughput_qps"], "p50_latency_ms": c["real_p50_latency_ms"],
+                    "sim_before": {"mean_latency_ms": c["sim_mean_latency_ms"],
+                                   "p99_latency_ms": c["sim_p99_latency_ms"],
+                                   "throughput_qps": c["sim_throughput_qps"]}}
+    return None
+
+
+def is_noise(means: list[float]) -> bool:
+    """Two real runs whose mean latencies differ by more than half of their mean."""
+    m = sum(means) / len(means)
+    return (max(means) - min(means)) > 0.5 * m
+
+
+def score_case(folder, table, engine_file, summary_json, policy: str, load: float) -> dict[str, Any]:
+    """Simulate one case with the fitted engine and compare it with its real runs."""
+    from dvasim.api import run
+
+    res = run(case_config(folder, table), engine=engine_file, progress=False)
+    real = real_runs(summary_json, policy, load)
+    row: dict[str, Any] = {"case": Path(folder).name, "policy": policy, "load": load,
+                           "sim_mean_exit_batch_size": res.summary.get("mean_exit_batch_size")}
+    if real is None:
+        row["verdict"] = "no real runs"
+        return row
+    noise = is_noise(real["mean_latency_ms"])
+    ok = True
+    for k, tol in TARGETS.items():
+        r = sum(real[k]) / len(real[k])
+        s = float(res.summary[k])
+        err = (s - r) / r if r else math.nan
+        row[f"real_{k}"] = r
+        row[f"real_{k}_runs"] = list(real[k])
+        row[f"sim_{k}"] = s
+        row[f"err_{k}"] = err
+        row[f"before_{k}"] = real["sim_before"][k]
+        row[f"ok_{k}"] = bool(abs(err) <= tol)
+        ok = ok and abs(err) <= tol
+    row["verdict"] = "noise" if noise else ("within" if ok else "outside")
+    return row

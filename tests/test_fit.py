@@ -1,0 +1,155 @@
+"""`dvasim fit`: recovering known host parameters from synthetic replay logs, and predicting real H100 replays
+the fit never saw (tests/data/h100_replays/, measured on an NVIDIA H100; provenance in its README)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dvasim.cli import main
+from dvasim.fit import fit, overlap_fraction, read_replay, write_engine
+from dvasim.fitcheck import TARGETS, score_case
+
+DATA = Path(__file__).parent / "data" / "h100_replays"
+
+
+def synthetic_replay(d: Path, seed: int, n: int = 1500, stall_p: float = 0.02, model: str = "resnet152"):
+    """A replay folder whose executions follow known laws: host-bound stages (table 0.5 ms) whose launch costs
+    1.0 + 0.05 b (stage 0) / 0.8 + 0.02 b (stage 1) times a log-normal factor of CV 0.1, copies 0.2 + 0.01 b,
+    hand-off 0.1, book-keeping 0.02; a fraction ``stall_p`` of launches stalls for 10 ms."""
+    rng = np.random.default_rng(seed)
+    rows, t = [], 0.0
+    sigma = np.sqrt(np.log1p(0.1 ** 2))
+    for i in range(n):
+        s = i % 2
+        b = int(rng.integers(1, 17))
+        launch = (1.0 + 0.05 * b if s == 0 else 0.8 + 0.02 * b) * rng.lognormal(-sigma ** 2 / 2, sigma)
+        launch += 10.0 if rng.random() < stall_p else 0.0
+        copy = 0.2 + 0.01 * b
+        start = t
+        begin = start + 0.1
+        end = begin + copy + launch
+        rows.append(dict(stage=s, batch_size=b, seq_len=1, table_ms=0.5, start_ms=start, begin_ms=begin,
+                         end_ms=end, finish_ms=end + 0.02, handoff_ms=0.1, bookkeeping_ms=0.02,
+                         compute_ms=end - begin, copy_ms=copy, n_queries=b))
+        t = end + 0.02 + 0.5  # never two at once
+    d.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(d / "executions.csv", index=False)
+    arr = np.sort(rng.uniform(0, t, 200))
+    pd.DataFrame({"arrival_ms": arr, "seen_ms": arr + 0.05, "finish_ms": arr + 5}).to_csv(d / "queries.csv",
+                                                                                        index=False)
+    (d / "config.toml").write_text(f'[model]\nname = "{model}"\ndevice = "h100"\nstages = 2\n'
+                                   '[policy]\nname = "zerobatch"\n[replay]\nmodules = "torchscript"\n')
+    return d
+
+
+def test_fit_recovers_known_host_parameters(tmp_path):
+    dirs = [synthetic_replay(tmp_path / f"r{k}", seed=k) for k in range(2)]
+    res = fit(dirs)
+    h, e = res["engine"]["host"], res["engine"]
+    # medians per batch size of a mean-1 log-normal sit slightly below the mean: 1 / sqrt(1 + cv^2) = 0.995
+    assert h["launch_ms"][0] == pytest.approx(1.0, rel=0.05)
+    assert h["launch_per_row_ms"][0] == pytest.approx(0.05, rel=0.1)
+    assert h["launch_ms"][1] == pytest.approx(0.8, rel=0.05)
+    assert h["launch_per_row_ms"][1] == pytest.approx(0.02, rel=0.15)
+    assert h["copy_ms"] == pytest.approx([0.2, 0.2], rel=1e-6)
+    assert h["copy_per_row_ms"] == pytest.approx([0.01, 0.01], rel=1e-6)
+    assert e["launch_overhead_ms"] == pytest.approx(0.12)
+    assert e["service_cv"] == pytest.approx(0.1, abs=0.02)
+    assert h["stall_prob"] == pytest.approx(0.02, abs=0.008)
+    assert np.median(h["stall_ms"]) == pytest.approx(10.0, rel=0.1)
+    assert e["admission_delay_ms"][10] == pytest.approx(0.05)
+
+
+def test_overlap_fraction_against_brute_force():
+    rng = np.random.default_rng(0)
+    b = rng.uniform(0, 100, 60)
+    e = b + rng.uniform(0.1, 10, 60)
+    got = overlap_fraction(b, e)
+    grid = np.linspace(0, 120, 240001)
+    for i in range(0, 60, 7):
+        inside = (grid >= b[i]) & (grid < e[i])
+        others = np.zeros_like(grid, bool)
+        for k in range(60):
+            if k != i:
+                others |= (grid >= b[k]) & (grid < e[k])
+        assert got[i] == pytest.approx((inside & others).sum() / inside.sum(), abs=0.01)
+
+
+def test_fit_on_zerobatch_predicts_the_bert_dvabatch_collapse(tmp_path):
+    """The H100 replay of BERT-base under DVABatch stopped near 370 qps (batches of about one query, each stage
+    launch costing ~2 ms of host time): the GPU-only simulator said 1,410 qps. Fitted on two ZeroBatch replays
+    only, the host model must reproduce it within the issue's targets."""
+    eng = write_engine(fit([DATA / "bert_base_zerobatch_0.6", DATA / "bert_base_zerobatch_0.85"]), tmp_path / "e.toml")
+    row = score_case(DATA / "bert_base_dvabatch_0.3", DATA / "bert_base_serving_table.csv", eng,
+                     DATA / "bert_base_summary.json", "dvabatch", 0.3)
+    assert row["verdict"] == "within", row
+    assert row["before_throughput_qps"] > 3 * row["real_throughput_qps"]  # what the GPU-only model said
+    assert row["sim_mean_exit_batch_size"] < 1.5
+
+
+def test_fit_on_zerobatch_predicts_resnet_delaybatch(tmp_path):
+    eng = write_engine(fit([DATA / "resnet152_zerobatch_0.6", DATA / "resnet152_zerobatch_0.85"]), tmp_path / "e.toml")
+    row = score_case(DATA / "resnet152_delaybatch_0.85", DATA / "resnet152_serving_table.csv", eng,
+                     DATA / "resnet152_summary.json", "delaybatch", 0.85)
+    for k, tol in TARGETS.items():
+        assert abs(row[f"err_{k}"]) <= tol, (k, row)
+
+
+def test_cli_fit_then_run_with_engine(tmp_path, capsys):
+    out = tmp_path / "engine.toml"
+    assert main(["fit", str(DATA / "resnet152_zerobatch_0.6"), str(DATA / "resnet152_zerobatch_0.85"),
+                 "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "[engine]" in text and "[engine.host]" in text
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[model]\ntable = "{DATA / "resnet152_serving_table.csv"}"\n[policy]\nname = "zerobatch"\n'
+                   'max_batch_size = 16\n[workload]\nkind = "poisson"\nrate_qps = 600.0\nn_queries = 500\nseed = 1\n')
+    assert main(["run", str(cfg), "--out", str(tmp_path / "a"), "--no-figure"]) == 0
+    assert main(["run", str(cfg), "--out", str(tmp_path / "b"), "--no-figure", "--engine", str(out)]) == 0
+    a = json.loads((tmp_path / "a" / "summary.json").read_text())
+    b = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert b["mean_latency_ms"] > 1.5 * a["mean_latency_ms"]  # the host's launch costs are now counted
+    resolved = json.loads((tmp_path / "b" / "config.json").read_text())["config"]
+    assert resolved["engine"]["host"]["modules"] == "torchscript"
+    # the Python API takes the same file
+    import dvasim
+
+    r = dvasim.run(cfg, engine=out, progress=False)
+    assert r.summary["mean_latency_ms"] == pytest.approx(b["mean_latency_ms"])
+
+
+@pytest.mark.parametrize("args,field", [
+    (["fit", "/nonexistent/dir", "--out", "x.toml"], "fit"),
+    (["fit", str(DATA / "bert_base_zerobatch_0.6"), str(DATA / "resnet152_zerobatch_0.6"), "--out", "x.toml"], "fit"),
+    (["fit", str(DATA / "resnet152_zerobatch_0.6"), "--out", "x.toml", "--host-cores", "zero"], "--host-cores"),
+    (["fit", str(DATA / "resnet152_zerobatch_0.6")], None),
+])
+def test_fit_bad_input_is_one_line_exit_2(args, field, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "dvasim.cli", *args], capture_output=True, text=True)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    if field:
+        assert f" {field}:" in lines[0]
+
+
+def test_run_with_a_bad_engine_file(tmp_path):
+    bad = tmp_path / "e.toml"
+    bad.write_text("[model]\nname = 'x'\n")
+    r = subprocess.run([sys.executable, "-m", "dvasim.cli", "run", "configs/default.toml", "--out",
+                        str(tmp_path / "o"), "--engine", str(bad)], capture_output=True, text=True,
+                       cwd=Path(__file__).parents[1])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--engine" in r.stderr
+
+
+def test_read_replay_reads_gzip(tmp_path):
+    r = read_replay(DATA / "resnet152_zerobatch_0.6")
+    assert len(r["executions"]) > 100 and r["config"]["policy"]["name"] == "zerobatch"
