@@ -378,6 +378,9 @@ def cli_fit(argv=None) -> int:
     p.add_argument("--launch-table", default=None, help="a profiled launch table; then only launch_scale is fitted")
     p.add_argument("--modules", default=None, help="module kind the replays ran (default: from their configs)")
     p.add_argument("--host-cores", default="16", help="launching cores of the replay's host (not fitted)")
+    p.add_argument("--table", default=None,
+                   help="the stage table the replays' policy decided with: then every folder is simulated with the "
+                        "fitted engine and compared with its own queries (printed, and kept in the file's [fit])")
     try:
         args = p.parse_args(argv)
         try:
@@ -388,6 +391,15 @@ def cli_fit(argv=None) -> int:
             raise ConfigError("--host-cores", f"must be an integer >= 1, got {args.host_cores!r}")
         res = fit(args.dirs, launch_table=args.launch_table, modules=args.modules, host_cores=cores)
         out = write_engine(res, args.out)
+        checks = None
+        if args.table is not None:
+            from dvasim.config import find_file
+            from dvasim.fitcheck import self_check
+
+            checks = self_check(args.dirs, find_file(args.table, None, "--table"), out)
+            for k in ("throughput_qps", "mean_latency_ms", "p99_latency_ms"):
+                res["fit"][f"self_check_err_{k}"] = [round(c[f"err_{k}"], 4) for c in checks]
+            out = write_engine(res, args.out)
     except _ArgError as e:
         print(f"dvasim fit: error: {e}", file=sys.stderr)
         return 2
@@ -405,4 +417,7 @@ def cli_fit(argv=None) -> int:
         print(f"  launch_scale: {h['launch_scale']:.3f} on {h['launch_table']}")
     print("  copy ms per stage:   " + ", ".join(f"{a:.3f}+{c:.4f}b" for a, c in zip(h["copy_ms"], h["copy_per_row_ms"])))
     print(f"  launch_overhead_ms {res['engine']['launch_overhead_ms']:.3f}, service_cv {res['engine']['service_cv']:.3f}")
+    for c in checks or []:
+        print(f"  {c['folder']}: simulated vs real throughput {c['err_throughput_qps']:+.1%}, mean "
+              f"{c['err_mean_latency_ms']:+.1%}, p99 {c['err_p99_latency_ms']:+.1%}")
     return 0

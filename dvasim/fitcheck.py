@@ -76,3 +76,24 @@ def score_case(folder, table, engine_file, summary_json, policy: str, load: floa
         ok = ok and abs(err) <= tol
     row["verdict"] = "noise" if noise else ("within" if ok else "outside")
     return row
+
+
+def self_check(dirs, table, engine_file) -> list[dict[str, Any]]:
+    """Each replay folder simulated with ``table`` and the engine file, against its own ``queries.csv``:
+    how well the fitted engine reproduces the runs it was fitted on."""
+    from dvasim.api import run
+    from dvasim.fit import read_replay
+    from dvasim.metrics import summarize
+
+    rows = []
+    for d in dirs:
+        rep = read_replay(d)
+        real = summarize(rep["queries"], 200.0)
+        sim = run(case_config(d, table), engine=engine_file, progress=False).summary
+        row: dict[str, Any] = {"folder": Path(d).name}
+        for k in TARGETS:
+            r, s_ = float(real[k]), float(sim[k])
+            row[f"real_{k}"], row[f"sim_{k}"] = r, s_
+            row[f"err_{k}"] = (s_ - r) / r if r else math.nan
+        rows.append(row)
+    return rows

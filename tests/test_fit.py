@@ -105,9 +105,15 @@ def test_fit_on_zerobatch_predicts_resnet_delaybatch(tmp_path):
 def test_cli_fit_then_run_with_engine(tmp_path, capsys):
     out = tmp_path / "engine.toml"
     assert main(["fit", str(DATA / "resnet152_zerobatch_0.6"), str(DATA / "resnet152_zerobatch_0.85"),
-                 "--out", str(out)]) == 0
+                 "--out", str(out), "--table", str(DATA / "resnet152_serving_table.csv")]) == 0
     text = out.read_text()
     assert "[engine]" in text and "[engine.host]" in text
+    # the self-check simulated both folders with the fitted engine: throughput within 15% of their own runs
+    import tomllib
+
+    errs = tomllib.loads(text)["fit"]["self_check_err_throughput_qps"]
+    assert len(errs) == 2 and all(abs(x) < 0.15 for x in errs)
+    assert "resnet152_zerobatch_0.6: simulated vs real" in capsys.readouterr().out
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[model]\ntable = "{DATA / "resnet152_serving_table.csv"}"\n[policy]\nname = "zerobatch"\n'
                    'max_batch_size = 16\n[workload]\nkind = "poisson"\nrate_qps = 600.0\nn_queries = 500\nseed = 1\n')
