@@ -13,6 +13,8 @@ the host model of :mod:`dvasim.sim.host` and the engine's delays:
   ``--launch-table`` (a profiled launch table, :class:`dvasim.sim.host.LaunchTable`) the table's shape over batch
   sizes is kept and only ``launch_scale`` is fitted: the median of (compute - copy) / launch over the same
   executions;
+* with ``--gpu-table`` (GPU-true stage times), the GPU's share of every execution comes from that table instead of
+  the replay's ``table_ms`` (the device model then sees the GPU work the policy's event-timed table hides);
 * **copies** ``copy_ms[s] + copy_per_row_ms[s] * b``: the same line through the measured ``copy_ms``;
 * ``launch_overhead_ms``: the mean hand-off + book-keeping per launch;
 * ``admission_delay_ms``: quantiles of (seen - arrival) over all queries, at levels 0, 0.05, ..., 0.95 and 0.999;
@@ -25,7 +27,8 @@ Not identifiable from executions that never overlapped (ZeroBatch and DelayBatch
 launches slow each other down. That comes from the model's structure, not from a fitted number: copies and
 Python-level work hold one interpreter lock (eager launches entirely), TorchScript and CUDA-graph launches run on
 ``host.cores`` cores. ``python_ms`` (Python-level work per launch besides the copies) is not fitted either; the
-fit leaves it at 0 unless given.
+fit leaves it at 0 unless given, and a given value is taken out of the fitted launch cost (it only moves work
+under the lock).
 """
 
 from __future__ import annotations
@@ -207,7 +210,7 @@ def _model_of(runs: list[dict]) -> str | None:
 
 
 def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, host_cores: int = 16,
-        python_ms: float = 0.0, alone_below: float = 0.05) -> dict[str, Any]:
+        python_ms: float = 0.0, alone_below: float = 0.05, gpu_table: str | None = None) -> dict[str, Any]:
     """Fit the engine to the replay folders ``dirs`` (one model). Returns ``{"engine": {...}, "fit": {...}}``:
     the ``[engine]`` section (with ``[engine.host]``) and the evidence."""
     from dvasim.sim.host import MODULE_KINDS, LaunchTable
@@ -229,7 +232,17 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
         ex.append(e)
     e = pd.concat(ex, ignore_index=True)
     e["copy_ms"] = e["copy_ms"].fillna(0.0)
-    e["host_ms"] = (e["compute_ms"] - e["copy_ms"]).clip(lower=0.0)
+    # the launch proper: thread time less the copies and the given Python-level work (both under the lock)
+    e["host_ms"] = (e["compute_ms"] - e["copy_ms"] - float(python_ms)).clip(lower=0.0)
+    if gpu_table is not None:  # GPU-true times replace the policy's table as the GPU's share of each execution
+        from dvasim.calibration.table import LatencyTable
+
+        gt = LatencyTable.load(gpu_table)
+        if gt.n_stages != n:
+            raise ConfigError("--gpu-table", f"{gpu_table} has {gt.n_stages} stages; the replays have {n}")
+        lens = e["seq_len"] if gt.seq_lens is not None else [None] * len(e)
+        e["table_ms"] = [gt.latency(int(s_), int(b), None if L is None else int(L))
+                         for s_, b, L in zip(e["stage"], e["batch_size"], lens)]
     alone = e[e["overlap"] < alone_below]
     if len(alone) < 10:
         raise ConfigError("fit", f"only {len(alone)} executions ran alone; include ZeroBatch or DelayBatch replays")
@@ -262,6 +275,8 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     else:
         host["launch_ms"] = launch_a
         host["launch_per_row_ms"] = launch_c
+    if gpu_table is not None:
+        host["gpu_table"] = str(Path(gpu_table).resolve())
     host["copy_ms"] = copy_a
     host["copy_per_row_ms"] = copy_c
     host["python_ms"] = float(python_ms)
@@ -376,6 +391,9 @@ def cli_fit(argv=None) -> int:
     p.add_argument("dirs", nargs="+", metavar="DIR", help="replay folders (config.toml, queries.csv, executions.csv)")
     p.add_argument("--out", required=True, help="the engine file to write, e.g. engine.toml")
     p.add_argument("--launch-table", default=None, help="a profiled launch table; then only launch_scale is fitted")
+    p.add_argument("--gpu-table", default=None,
+                   help="a per-stage GPU-time table (CUDA graph replays) for the device model, when the replays' "
+                        "table timed host-bound launches")
     p.add_argument("--modules", default=None, help="module kind the replays ran (default: from their configs)")
     p.add_argument("--host-cores", default="16", help="launching cores of the replay's host (not fitted)")
     p.add_argument("--table", default=None,
@@ -389,7 +407,8 @@ def cli_fit(argv=None) -> int:
             cores = 0
         if cores < 1:
             raise ConfigError("--host-cores", f"must be an integer >= 1, got {args.host_cores!r}")
-        res = fit(args.dirs, launch_table=args.launch_table, modules=args.modules, host_cores=cores)
+        res = fit(args.dirs, launch_table=args.launch_table, modules=args.modules, host_cores=cores,
+                  gpu_table=args.gpu_table)
         out = write_engine(res, args.out)
         checks = None
         if args.table is not None:

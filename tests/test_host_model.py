@@ -117,3 +117,14 @@ def test_bad_host_config_names_the_field(d, field):
     with pytest.raises(ConfigError) as e:
         host_from_config(d, 2)
     assert e.value.field == field
+
+
+def test_gpu_table_gives_the_device_its_own_times(tmp_path):
+    # the policy decides with a 0.5 ms table; the device runs the GPU-true 3 ms: c + max(launch, 3)
+    gpu = make_table(1, lambda s, b: 3.0, batch_sizes=range(1, 17))
+    p = tmp_path / "gpu.csv"
+    gpu.save(p)
+    h = host_from_config({"launch_ms": 2.0, "copy_ms": 0.3, "gpu_table": str(p)}, 1)
+    assert latencies(0.5, h, [0.0]) == pytest.approx([3.3])
+    with pytest.raises(ConfigError, match="stages"):
+        host_from_config({"gpu_table": str(p)}, 2)

@@ -196,7 +196,8 @@ def simulate(
         locked = host.locked(ex.stage, b) * f + launch_overhead_ms
         if locked > 0:
             yield interpreter_lock.run(locked)
-        gpu = device.run(ex.standalone_ms * f, ex.demand)
+        g, demand = host.gpu(ex)
+        gpu = device.run(g * f, demand)
         launch = host.launch(ex.stage, b, ex.seq_len) * f + (stall() if stall is not None else 0.0)
         if launch > 0:
             yield (interpreter_lock if host.locks_launch else host_cores).run(launch)

@@ -20,7 +20,9 @@ predicts a capacity four times too high. This module models the host side:
 * a launch stalls with probability ``stall_prob`` for an extra host time drawn from the quantiles ``stall_ms``
   (measured: 1-3 % of the H100 replays' launches took 3-25 ms longer than any batch size explains; rare, but
   they are what makes a replay's p99 three times its median at low load);
-* the GPU time runs on the device-sharing model (:mod:`dvasim.sim.device`) from the moment the kernels start
+* the GPU time (the model's table, or ``gpu_table`` when the policy's table is not GPU-true, e.g. a table timed
+  with CUDA events around host-bound launches) runs on the device-sharing model (:mod:`dvasim.sim.device`) from
+  the moment the kernels start
   being launched (after the copies); the execution is done when both its launching and its GPU work are done.
 
 Order of one execution: copies and ``python_ms`` (holding the lock), then the launch (on a core; holding the lock
@@ -55,6 +57,8 @@ HOST_KEYS = {
     "copy_ms": "per-stage buffer-copy cost of a launch at batch 0 (number or list, ms; holds the interpreter lock)",
     "copy_per_row_ms": "per-stage growth of the copy cost per batch row (number or list, ms)",
     "python_ms": "Python-level cost of every launch that holds the interpreter lock (ms)",
+    "gpu_table": "a per-stage table of GPU time (CUDA graph replays, dvasim profile --device cuda) for the device "
+                 "model; the policy still decides with [model]'s table",
     "stall_prob": "probability that a launch stalls (the host thread descheduled, a re-specialising TorchScript call)",
     "stall_ms": "quantiles (evenly spaced levels 0..1) of a stall's extra host time, ms",
 }
@@ -160,6 +164,15 @@ class HostModel:
     table: LaunchTable | None = None
     stall_prob: float = 0.0
     stall_ms: list[float] = field(default_factory=list)
+    gpu_table: Any = None  # a LatencyTable of GPU time, or None: the model's table is the GPU time
+
+    def gpu(self, ex) -> tuple[float, float]:
+        """GPU time and demand of execution ``ex`` on the device."""
+        if self.gpu_table is None:
+            return ex.standalone_ms, ex.demand
+        L = ex.seq_len if self.gpu_table.seq_lens is not None else None
+        return (self.gpu_table.latency(ex.stage, ex.batch_size, L),
+                self.gpu_table.demand(ex.stage, ex.batch_size, L))
 
     @property
     def locks_launch(self) -> bool:
@@ -182,6 +195,8 @@ class HostModel:
                "copy_ms": self.copy_ms, "copy_per_row_ms": self.copy_per_row_ms, "python_ms": self.python_ms}
         if self.stall_prob > 0:
             out.update(stall_prob=self.stall_prob, stall_ms=self.stall_ms)
+        if self.gpu_table is not None:
+            out["gpu_table"] = getattr(self.gpu_table, "path", self.gpu_table.name)
         if self.table is not None:
             out["launch_table"] = self.table.path
         else:
@@ -228,6 +243,16 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
             or any(b < a for a, b in zip(stall, stall[1:])):
         raise ConfigError("engine.host.stall_ms", "must be a list of >= 2 non-decreasing quantiles >= 0 (ms) when "
                                                   "stall_prob > 0, e.g. [3.0, 5.5, 20.0]")
+    gpu_table = None
+    if "gpu_table" in d:
+        from dvasim.calibration.table import LatencyTable
+        from dvasim.config import find_file
+
+        gp = find_file(d["gpu_table"], base_dir, "engine.host.gpu_table")
+        gpu_table = LatencyTable.load(gp)
+        gpu_table.path = str(gp)
+        if gpu_table.n_stages != n_stages:
+            raise ConfigError("engine.host.gpu_table", f"{gp} has {gpu_table.n_stages} stages; the model has {n_stages}")
     table = None
     if "launch_table" in d:
         if "launch_ms" in d or "launch_per_row_ms" in d:
@@ -246,5 +271,5 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
         launch_ms=_per_stage(d, "launch_ms", n_stages), launch_per_row_ms=_per_stage(d, "launch_per_row_ms", n_stages),
         launch_scale=float(scale), copy_ms=_per_stage(d, "copy_ms", n_stages),
         copy_per_row_ms=_per_stage(d, "copy_per_row_ms", n_stages), python_ms=float(py), table=table,
-        stall_prob=float(sp), stall_ms=[float(x) for x in stall],
+        stall_prob=float(sp), stall_ms=[float(x) for x in stall], gpu_table=gpu_table,
     )

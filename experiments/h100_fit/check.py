@@ -29,6 +29,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(Path(__file__).resolve().parent))
     p.add_argument("--replays", default=str(REPLAYS))
+    p.add_argument("--gpu-table", action="store_true",
+                   help="give the device model the GPU-true stage times (<model>_gpu_table.csv)")
     p.add_argument("--launch-table", action="store_true",
                    help="keep the profiled launch table's shape (<model>_launch.csv) and fit only its scale")
     args = p.parse_args(argv)
@@ -41,8 +43,9 @@ def main(argv=None) -> int:
                 if not is_noise(real_runs(rep / f"{model}_summary.json", "zerobatch",
                                           float(d.name.rsplit("_", 1)[1]))["mean_latency_ms"])]
         table = rep / f"{model}_launch.csv" if args.launch_table else None
-        fitted = fit(dirs, launch_table=table)
-        tag = "_launchtable" if args.launch_table else ""
+        gpu = rep / f"{model}_gpu_table.csv" if args.gpu_table else None
+        fitted = fit(dirs, launch_table=table, gpu_table=gpu)
+        tag = ("_launchtable" if args.launch_table else "") + ("_gputable" if args.gpu_table else "")
         eng = write_engine(fitted, out / f"engine_{model}{tag}.toml")
         for policy in ("delaybatch", "dvabatch"):
             for folder in sorted(rep.glob(f"{model}_{policy}_*")):
@@ -57,7 +60,8 @@ def main(argv=None) -> int:
                       f"{row['real_p99_latency_ms']:8.1f} ({row['err_p99_latency_ms']:+.1%})  "
                       f"bs {row['sim_mean_exit_batch_size']:.2f}  {row['verdict']}", flush=True)
     df = pd.DataFrame(rows)
-    df.to_csv(out / f"results{'_launchtable' if args.launch_table else ''}.csv", index=False)
+    tag = ("_launchtable" if args.launch_table else "") + ("_gputable" if args.gpu_table else "")
+    df.to_csv(out / f"results{tag}.csv", index=False)
     scored = df[df.verdict != "noise"]
     print(f"{int((scored.verdict == 'within').sum())} of {len(scored)} scored cases within all three targets "
           f"({int((df.verdict == 'noise').sum())} noise)")
