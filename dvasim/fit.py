@@ -23,6 +23,10 @@ the host model of :mod:`dvasim.sim.host` and the engine's delays:
   alone, each relative to the median of its stage and batch size (the run-to-run jitter), from the
   interquartile range of its logarithm (:func:`robust_cv`).
 
+* **launching cores** ``host.cores``, only on request (``--fit-cores``) and when some launches overlapped others
+  (DVABatch, several model instances): the effective number of cores that best explains how long overlapped host-bound launches took
+  (:func:`fit_cores`).
+
 Not identifiable from executions that never overlapped (ZeroBatch and DelayBatch run one stage at a time): how
 launches slow each other down. That comes from the model's structure, not from a fitted number: copies and
 Python-level work hold one interpreter lock (eager launches entirely), TorchScript and CUDA-graph launches run on
@@ -138,6 +142,41 @@ def overlap_fraction(begin, end) -> np.ndarray:
     return out
 
 
+def segments(begin, end) -> list[list[tuple[float, int]]]:
+    """For every interval, its pieces ``(duration, n)`` with ``n`` the number of intervals open (itself included)."""
+    b = np.asarray(begin, float)
+    e = np.asarray(end, float)
+    out = []
+    for i in range(len(b)):
+        lo, hi = b[i], e[i]
+        if hi <= lo:
+            out.append([])
+            continue
+        others = np.nonzero((b < hi) & (e > lo))[0]
+        cuts = np.unique(np.clip(np.concatenate([[lo, hi], b[others], e[others]]), lo, hi))
+        mids = (cuts[:-1] + cuts[1:]) / 2
+        n = ((b[others][None, :] <= mids[:, None]) & (e[others][None, :] > mids[:, None])).sum(axis=1)
+        out.append(list(zip(np.diff(cuts).tolist(), n.tolist())))
+    return out
+
+
+def fit_cores(pieces: list[list[tuple[float, int]]], work, grid=None) -> tuple[float, float]:
+    """The launching cores ``c`` that best explain overlapped launches: each launch of (alone) length ``work[i]``
+    progresses at ``min(1, c / n)`` while ``n`` launches run (processor sharing, as the simulator's host does),
+    so the work it did in its observed pieces is ``done_i(c) = sum(dt * min(1, c / n))``. ``c`` is where the
+    median of ``done_i(c) / work_i`` is 1 (a median: a few stalled launches must not decide it), searched on a
+    grid; returns ``(c, median |done / work - 1| at c)``. The grid's end (16) means no measurable contention."""
+    grid = np.arange(1.0, 16.01, 0.1) if grid is None else np.asarray(grid, float)
+    w = np.asarray(work, float)
+    best = (float(grid[-1]), math.inf)
+    for c in grid:  # median(done / work) grows with c: the first c reaching 1
+        ratio = np.array([sum(dt * min(1.0, c / k) for dt, k in p) for p in pieces]) / w
+        if np.median(ratio) >= 1.0:
+            return float(c), float(np.median(np.abs(ratio - 1.0)))
+        best = (float(c), float(np.median(np.abs(ratio - 1.0))))
+    return best
+
+
 def line_fit(x, y) -> tuple[float, float]:
     """``y ~ a + c x`` through the per-``x`` medians, weighted by counts, with ``a, c >= 0``."""
     df = pd.DataFrame({"x": np.asarray(x, float), "y": np.asarray(y, float)}).dropna()
@@ -210,7 +249,8 @@ def _model_of(runs: list[dict]) -> str | None:
 
 
 def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, host_cores: int = 16,
-        python_ms: float = 0.0, alone_below: float = 0.05, gpu_table: str | None = None) -> dict[str, Any]:
+        python_ms: float = 0.0, alone_below: float = 0.05, gpu_table: str | None = None,
+        fit_cores_from_overlap: bool = False) -> dict[str, Any]:
     """Fit the engine to the replay folders ``dirs`` (one model). Returns ``{"engine": {...}, "fit": {...}}``:
     the ``[engine]`` section (with ``[engine.host]``) and the evidence."""
     from dvasim.sim.host import MODULE_KINDS, LaunchTable
@@ -246,7 +286,7 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     alone = e[e["overlap"] < alone_below]
     if len(alone) < 10:
         raise ConfigError("fit", f"only {len(alone)} executions ran alone; include ZeroBatch or DelayBatch replays")
-    host: dict[str, Any] = {"modules": kind, "cores": int(host_cores)}
+    host: dict[str, Any] = {"modules": kind, "cores": host_cores}
     launch_a, launch_c, copy_a, copy_c, n_bound = [], [], [], [], []
     table = LaunchTable.load(launch_table, "--launch-table") if launch_table else None
     ratios = []
@@ -302,6 +342,32 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     cv = robust_cv(rr)
     stall_prob, stall_q = stalls(alone["host_ms"].to_numpy() - mod)
 
+    # launches that overlapped others (DVABatch, several instances): how many cores launch at once
+    cores_fit = None
+    over = e[e["overlap"] >= 0.5]
+    if fit_cores_from_overlap and len(over) < 50:
+        raise ConfigError("--fit-cores", f"only {len(over)} executions overlapped others; give DVABatch replays "
+                                         "(or several instances) to fit the launching cores")
+    if fit_cores_from_overlap:
+        pieces, work = [], []
+        for run_e in ex:
+            run_e = run_e.assign(copy_ms=run_e["copy_ms"].fillna(0.0))
+            lb = (run_e["begin_ms"] + run_e["copy_ms"]).to_numpy()  # the launch follows the copies
+            segs = segments(lb, run_e["end_ms"].to_numpy())
+            for k, r in enumerate(run_e.itertuples(index=False)):
+                if r.overlap < 0.5:
+                    continue
+                if table is not None:
+                    w = table.cost(kind, int(r.stage), int(r.batch_size), None) * host["launch_scale"]
+                else:
+                    w = launch_a[int(r.stage)] + launch_c[int(r.stage)] * r.batch_size
+                if w > r.table_ms and w > 0:  # host-bound: its span is the launch's
+                    pieces.append(segs[k])
+                    work.append(w)
+        if len(work) >= 50:
+            c, err = fit_cores(pieces, work)
+            host["cores"] = round(c, 1)
+            cores_fit = {"n_overlapped_launches": len(work), "cores": round(c, 1), "median_abs_rel_error": round(err, 4)}
     if stall_q is not None:
         host["stall_prob"] = stall_prob
         host["stall_ms"] = stall_q
@@ -321,9 +387,11 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
         "n_executions": int(len(e)), "n_alone": int(len(alone)), "n_host_bound_by_stage": n_bound,
         "alone_real_over_table_median": float(np.median(alone["host_ms"] / alone["table_ms"])),
         "n_queries": int(len(q)), "buffer_pairs_seen": sorted(bp),
-        "not_fitted": "host.cores and host.python_ms (executions that never overlap cannot show contention); "
-                      "corun_slowdown and the sharing mode (kept at the config's)",
+        "not_fitted": ("host.python_ms; " if cores_fit else "host.cores and host.python_ms (executions that never "
+                       "overlap cannot show contention); ") + "corun_slowdown and the sharing mode (the config's)",
     }
+    if cores_fit:
+        evidence["cores_fit"] = json.dumps(cores_fit)
     engine["host"] = host
     return {"engine": engine, "fit": evidence}
 
@@ -396,6 +464,8 @@ def cli_fit(argv=None) -> int:
                         "table timed host-bound launches")
     p.add_argument("--modules", default=None, help="module kind the replays ran (default: from their configs)")
     p.add_argument("--host-cores", default="16", help="launching cores of the replay's host (not fitted)")
+    p.add_argument("--fit-cores", action="store_true",
+                   help="fit host.cores from launches that overlapped others (needs DVABatch or multi-instance replays)")
     p.add_argument("--table", default=None,
                    help="the stage table the replays' policy decided with: then every folder is simulated with the "
                         "fitted engine and compared with its own queries (printed, and kept in the file's [fit])")
@@ -408,7 +478,7 @@ def cli_fit(argv=None) -> int:
         if cores < 1:
             raise ConfigError("--host-cores", f"must be an integer >= 1, got {args.host_cores!r}")
         res = fit(args.dirs, launch_table=args.launch_table, modules=args.modules, host_cores=cores,
-                  gpu_table=args.gpu_table)
+                  gpu_table=args.gpu_table, fit_cores_from_overlap=args.fit_cores)
         out = write_engine(res, args.out)
         checks = None
         if args.table is not None:

@@ -159,3 +159,41 @@ def test_run_with_a_bad_engine_file(tmp_path):
 def test_read_replay_reads_gzip(tmp_path):
     r = read_replay(DATA / "resnet152_zerobatch_0.6")
     assert len(r["executions"]) > 100 and r["config"]["policy"]["name"] == "zerobatch"
+
+
+def test_fit_cores_recovers_the_launching_cores():
+    """Launches simulated by an independent event loop (processor sharing on c cores): the fit finds c."""
+    from dvasim.fit import fit_cores, segments
+
+    rng = np.random.default_rng(1)
+    for c_true in (1.0, 2.0, 3.0):
+        starts = np.sort(rng.uniform(0, 400, 300))
+        work = rng.uniform(1.0, 3.0, 300)
+        # exact processor sharing: advance between events
+        left, t, active, end = work.copy(), 0.0, [], np.full(300, np.nan)
+        nxt = 0
+        while nxt < 300 or active:
+            rate = min(1.0, c_true / len(active)) if active else 0.0
+            t_fin = t + min(left[i] for i in active) / rate if active else np.inf
+            t_arr = starts[nxt] if nxt < 300 else np.inf
+            t_new = min(t_fin, t_arr)
+            for i in active:
+                left[i] -= (t_new - t) * rate
+            t = t_new
+            for i in [i for i in active if left[i] <= 1e-9]:
+                active.remove(i)
+                end[i] = t
+            if t_arr <= t_fin and nxt < 300:
+                active.append(nxt)
+                nxt += 1
+        pieces = segments(starts, end)
+        c, err = fit_cores(pieces, work)
+        assert c == pytest.approx(c_true, abs=0.15) and err < 0.02
+
+
+def test_fit_cores_needs_overlap(tmp_path):
+    from dvasim.errors import ConfigError
+
+    d = synthetic_replay(tmp_path / "r", seed=0, n=200)
+    with pytest.raises(ConfigError, match="overlapped"):
+        fit([d], fit_cores_from_overlap=True)

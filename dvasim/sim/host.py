@@ -154,7 +154,7 @@ class HostModel:
 
     n_stages: int
     modules: str = "torchscript"
-    cores: int = 16
+    cores: float = 16  # effective launching cores (a fitted value may be fractional)
     launch_ms: list[float] = field(default_factory=list)
     launch_per_row_ms: list[float] = field(default_factory=list)
     launch_scale: float = 1.0
@@ -226,8 +226,8 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
     if modules not in MODULE_KINDS:
         raise ConfigError("engine.host.modules", f"must be one of {', '.join(MODULE_KINDS)}, got {modules!r}")
     cores = d.get("cores", 16)
-    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-        raise ConfigError("engine.host.cores", f"must be an integer >= 1, got {cores!r}")
+    if isinstance(cores, bool) or not isinstance(cores, (int, float)) or not math.isfinite(cores) or cores < 1:
+        raise ConfigError("engine.host.cores", f"must be a number >= 1 (effective launching cores), got {cores!r}")
     scale = d.get("launch_scale", 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise ConfigError("engine.host.launch_scale", f"must be a number > 0, got {scale!r}")
