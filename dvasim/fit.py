@@ -445,13 +445,9 @@ def write_engine(result: dict[str, Any], path) -> Path:
 
 
 # ----------------------------------------------------------------------------- command line
-class _ArgError(Exception):
-    pass
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, no usage dump
-        raise _ArgError(message)
+        raise DvasimError("arguments", message)
 
 
 def cli_fit(argv=None) -> int:
@@ -489,9 +485,6 @@ def cli_fit(argv=None) -> int:
             for k in ("throughput_qps", "mean_latency_ms", "p99_latency_ms"):
                 res["fit"][f"self_check_err_{k}"] = [round(c[f"err_{k}"], 4) for c in checks]
             out = write_engine(res, args.out)
-    except _ArgError as e:
-        print(f"dvasim fit: error: {e}", file=sys.stderr)
-        return 2
     except DvasimError as e:
         print(f"dvasim: error: {e}", file=sys.stderr)
         return 2
