@@ -45,7 +45,7 @@ from functools import lru_cache
 
 import numpy as np
 
-MODEL_VERSION = "1.0"
+MODEL_VERSION = "1.1"  # 1.1: per-class GEMM efficiencies, memory latency, K ramp and conv floor (H100 fit)
 
 __all__ = [
     "MODEL_VERSION",
@@ -165,6 +165,26 @@ class ModelParams:
     block: int = 32  # b: output block edge
     fusion: str = "tensorrt"  # "tensorrt" (epilogue fusion) or "none" (one kernel per ATen op)
     note: str = ""
+    # per-class compute efficiency (None: compute_eff): cuDNN convolutions and transposed convolutions reach a
+    # different fraction of peak than cuBLAS GEMMs in torch's kernels (fitted on the H100 measurements)
+    conv_eff: float | None = None
+    tconv_eff: float | None = None
+    # a fixed latency added to every kernel's DRAM time (small transfers do not reach the streaming bandwidth):
+    # t_memory = mem_latency_us + bytes / (BW * e_mem); 0 keeps the pure bandwidth term
+    mem_latency_us: float = 0.0
+    # GEMM efficiency ramps with the reduction length: e(K) = e * K / (K + k_half) (a short reduction cannot
+    # hide the loads of its tiles: VGG's first convolutions, K = 27 and 576); 0 keeps e constant
+    k_half: float = 0.0
+    # a convolution cannot finish faster than its reduction loop: at least conv_k_floor_ns per element of K
+    # (cuDNN's implicit-GEMM convolutions at batch 1 with long reductions; cuBLAS GEMMs split K instead); 0 = none
+    conv_k_floor_ns: float = 0.0
+
+    def eff_for(self, names: tuple[str, ...]) -> float:
+        if "conv_transpose" in names:
+            return self.tconv_eff or self.conv_eff or self.compute_eff
+        if "convolution" in names:
+            return self.conv_eff or self.compute_eff
+        return self.compute_eff
 
 
 # The calibrated sets. How each number was obtained is documented in traces/gpu/README.md ("Calibration").
@@ -188,9 +208,17 @@ PARAMS: dict[str, ModelParams] = {
     "titanx_pascal": ModelParams(
         compute_eff=0.96, kernel_overhead_us=88.0, fusion="none", note="fit: Nexus VGG16 bs 1, 8, 32"
     ),
-    # What-if devices: the shipped Titan RTX parameters, unchanged (nothing fitted to A100/H100 data).
+    # A100 (what-if): the shipped Titan RTX parameters, unchanged (nothing fitted to A100 data).
     "a100": ModelParams(compute_eff=0.62, kernel_overhead_us=5.0, note="Titan RTX parameters, not fitted"),
-    "h100": ModelParams(compute_eff=0.62, kernel_overhead_us=5.0, note="Titan RTX parameters, not fitted"),
+    # H100: fitted to GPU time measured on an NVIDIA H100 80GB HBM3 (torch 2.11 kernels captured as CUDA graphs,
+    # TF32; traces/gpu/h100/measured/) by build_gpu_tables.fit_h100: per-operator times summed over the four
+    # stages at batch 1, 8 and 32, plus the operators themselves. Torch runs one kernel per ATen op (no
+    # TensorRT-style fusion), so these are the tables of a torch serving stack, not of TensorRT.
+    "h100": ModelParams(
+        compute_eff=0.955, conv_eff=0.567, tconv_eff=0.234, mem_eff=0.824, kernel_overhead_us=3.58,
+        mem_latency_us=3.44, k_half=846.0, conv_k_floor_ns=8.39, fusion="none",
+        note="fit: measured H100 torch GPU times (traces/gpu/h100/measured), batch 1, 8, 32",
+    ),
 }
 
 
@@ -402,7 +430,7 @@ class _OpRecorder:
                 K = (x.shape[1] // groups) * int(np.prod(w.shape[2:]))
             return Kernel(
                 "gemm",
-                [name],
+                ["conv_transpose" if transposed else name],
                 B=B,
                 M=M,
                 N=N,
@@ -560,11 +588,17 @@ def op_templates(
 # --------------------------------------------------------------------------------------------- timing
 def kernel_time_us(kt: KernelTemplate, bs: int, gpu: GPUSpec, params: ModelParams, precision: str) -> float:
     """Time of one kernel at batch size ``bs`` (microseconds)."""
-    t_mem = kt.bytes(bs, precision) / (gpu.dram_gbs * 1e9 * params.mem_eff) * 1e6
+    t_mem = params.mem_latency_us + kt.bytes(bs, precision) / (gpu.dram_gbs * 1e9 * params.mem_eff) * 1e6
     t_comp = 0.0
     if kt.kind == "gemm":
         B, M, N, K = kt.dims(bs)
-        t_comp = _gemm_compute_us(B, M, N, K, gpu, params, precision)
+        eff = params.eff_for(kt.names)
+        if params.k_half > 0:
+            eff *= K / (K + params.k_half)
+        p = params if eff == params.compute_eff else replace(params, compute_eff=eff)
+        t_comp = _gemm_compute_us(B, M, N, K, gpu, p, precision)
+        if params.conv_k_floor_ns > 0 and ("convolution" in kt.names or "conv_transpose" in kt.names):
+            t_comp = max(t_comp, K * params.conv_k_floor_ns / 1e3)
     return max(params.kernel_overhead_us, t_comp, t_mem)
 
 
