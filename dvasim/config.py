@@ -10,7 +10,7 @@ Sections and keys::
     [engine]    buffer_pairs = 2, sharing = "fluid" | "exclusive" | "parallel" | "cores", cores = 2,
                 corun_slowdown = 1.0, launch_overhead_ms = 0.0, admission_delay_ms = 0.0,
                 service_cv = 0.0, progress = false
-    [replay]    modules = "torchscript" | "eager"   # how `dvasim replay` runs the stage modules
+    [replay]    modules = "auto" | "cudagraph" | "torchscript" | "eager"   # how `dvasim replay` runs the stages
 
 Relative paths are looked up next to the config file, then in the working directory, then in the project root
 (where the shipped ``traces/`` live).
@@ -47,7 +47,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "service_cv": 0.0,
         "progress": False,
     },
-    "replay": {"modules": "torchscript"},
+    "replay": {"modules": "auto"},
 }
 
 ENGINE_KEYS = {
@@ -65,7 +65,8 @@ ENGINE_KEYS = {
             "see dvasim.sim.host",
 }
 QOS_KEYS = {"target_ms": "latency target for the QoS violation rate"}
-REPLAY_KEYS = {"modules": 'how the replay runs the stage modules: "torchscript" (traced and frozen, the default) or "eager"'}
+REPLAY_KEYS = {"modules": 'how the replay runs the stage modules: "auto" (CUDA graphs on a GPU, TorchScript on a '
+                          'CPU), "cudagraph", "torchscript" (traced and frozen) or "eager"'}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -157,8 +158,9 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     _check_keys("engine", cfg["engine"], ENGINE_KEYS)
     _check_keys("qos", cfg["qos"], QOS_KEYS)
     _check_keys("replay", cfg["replay"], REPLAY_KEYS)
-    if cfg["replay"]["modules"] not in ("torchscript", "eager"):
-        raise ConfigError("replay.modules", f'must be "torchscript" or "eager", got {cfg["replay"]["modules"]!r}')
+    if cfg["replay"]["modules"] not in ("auto", "cudagraph", "torchscript", "eager"):
+        raise ConfigError("replay.modules", 'must be "auto", "cudagraph", "torchscript" or "eager", got '
+                                            f'{cfg["replay"]["modules"]!r}')
     if "table" in cfg["model"]:
         cfg["model"]["table"] = str(find_file(cfg["model"]["table"], base_dir, "model.table"))
     elif "name" not in cfg["model"]:

@@ -56,7 +56,12 @@ def test_replay_modules_setting_is_checked():
 
     base = {"model": {"name": "vgg19", "device": "cpu", "stages": 2},
             "workload": {"kind": "poisson", "rate_qps": 10, "n_queries": 5}}
-    assert config.resolve(base)["replay"]["modules"] == "torchscript"
+    # "auto": CUDA graphs on a GPU, TorchScript on a CPU (resolved when the replay knows its device)
+    from dvasim.replay.engine import modules_for
+
+    assert config.resolve(base)["replay"]["modules"] == "auto"
+    assert modules_for("auto", "cpu") == "torchscript" and modules_for("auto", "cuda") == "cudagraph"
+    assert config.resolve({**base, "replay": {"modules": "cudagraph"}})["replay"]["modules"] == "cudagraph"
     with pytest.raises(ConfigError, match="replay.modules"):
         config.resolve({**base, "replay": {"modules": "jit"}})
     with pytest.raises(ConfigError, match="replay"):

@@ -92,12 +92,30 @@ class RecordingCudaOps:
                 if arg is not None:
                     self._drain(*arg)
             else:
-                arg()
+                outer, self.draining = getattr(self, "draining", None), stream.name
+                try:
+                    arg()
+                finally:
+                    self.draining = outer
+
+    # CUDA graphs: captured through the same object (prepare(..., cuda_ops=)), replayed inside launches
+    def capture_graph(self, fn, static_inputs):
+        from dvasim.replay.graphs import CpuGraphs
+
+        with self.lock:
+            self._log("capture", tuple(tuple(t.shape) for t in static_inputs))
+        return CpuGraphs().capture_graph(fn, static_inputs)
+
+    def replay_graph(self, graph):
+        from dvasim.replay.graphs import CpuGraphs
+
+        self._log("replay", getattr(self, "draining", None))
+        CpuGraphs().replay_graph(graph)
 
 
 def run_fake(config, backend_cls=None, **kw):
-    setup = prepare(config)
     ops = RecordingCudaOps()
+    setup = prepare(config, cuda_ops=ops)
     eng = make_engine(setup, device="cuda", cuda_ops=ops, record_outputs=True, warmup=1, **kw)
     if backend_cls is not None:
         eng.backend = backend_cls(ops, setup.pipeline.instances, setup.pipeline.n_stages,
@@ -236,3 +254,27 @@ def test_real_cuda_path_runs_unchanged():  # pragma: no cover - no GPU on the CI
         for qid, got in outs.items():
             want = setup.model.forward(setup.inputs.sample(qid).to("cuda"))[0].cpu()
             torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_cuda_graph_stages_replay_inside_their_executors_stream():
+    """modules = "cudagraph": every stage of every lane captured at start-up for every batch size and length
+    bucket; every execution replays exactly one graph, on its own executor's stream (between the stream's waits
+    and its event record: the deferred run the executor's sync drains), never outside a launch."""
+    c = cfg("bert_base", "dvabatch", rate=800.0, n=50, pairs=2, policies=["load"], t_comp_wait_ms=20.0)
+    c["replay"] = {"modules": "cudagraph"}
+    c["engine"]["instances"] = 2
+    r, ops = run_fake(c)
+    assert r.summary["n_completed"] == 50 and r.summary["replay_modules"] == "cudagraph"
+    assert_outputs_match(r)
+    assert check_discipline(ops, 3) == len(r.extra["replay"].executions)
+    setup = r.extra["setup"]
+    captures = [e for e in ops.log if e[0] == "capture"]
+    assert len(captures) == 2 * 3 * 8 * len(setup.buckets)  # lanes x stages x batch sizes x buckets
+    first_launch = next(i for i, e in enumerate(ops.log) if e[0] == "launch")
+    assert max(i for i, e in enumerate(ops.log) if e[0] == "capture") < first_launch  # all at start-up
+    replays = [e for e in ops.log if e[0] == "replay"]
+    launches = [e for e in ops.log if e[0] == "launch"]  # the executions and the executors' warm-up passes
+    assert len(replays) == len(launches) > len(r.extra["replay"].executions)  # one graph replay per launch
+    assert not [e for e in replays if e[1] is None], "a graph replayed outside any stream"
+    for e in replays:  # ... while its own executor's stream ran (lane, stage) -> executor thread lane*3+stage
+        assert e[-1] == f"dvasim-executor-{e[1][0] * 3 + e[1][1]}"

@@ -291,3 +291,18 @@ def test_bad_provenance_key():
     assert e.value.field == "model.table" and "'a:b'" in e.value.message
     t = LatencyTable.from_frame(df, provenance={"Device Name": "cpu (x86)", "source": "s"})
     assert t.provenance["device name"] == "cpu (x86)"
+
+
+def test_bucketed_table_pads_up_to_the_next_length():
+    from tests.conftest import make_table
+
+    t = make_table(2, lambda s, b, L: float(L), batch_sizes=[1, 2], seq_lens=[16, 32, 64])
+    assert t.latency(0, 1, 40) == pytest.approx(40.0)  # interpolated
+    assert t.bucket(40) == 40 and not t.bucketed
+    tb = make_table(2, lambda s, b, L: float(L), batch_sizes=[1, 2], seq_lens=[16, 32, 64])
+    tb = type(tb).from_frame(tb.to_frame(), provenance={"source": "test", "length buckets": "true"})
+    assert tb.bucketed
+    assert tb.latency(0, 1, 40) == pytest.approx(64.0) and tb.bucket(40) == 64
+    assert tb.latency(1, 2, 32) == pytest.approx(32.0) and tb.bucket(32) == 32
+    assert tb.latency(0, 1, 5) == pytest.approx(16.0) and tb.bucket(5) == 16
+    assert make_table(1, lambda s, b: 1.0, batch_sizes=[1]).bucket(7) == 7

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import math
 import os
 import platform
 import sys
@@ -299,6 +300,160 @@ def _timed_passes(units, x, device: str, warmup: int, repeats: int) -> np.ndarra
     return out
 
 
+def graph_ops(device: str):
+    """CUDA graph capture/replay for ``device``: the replay's :class:`CudaOps` on a GPU, the CPU stand-in
+    (same static-buffer semantics, wall-clock timing) on the CPU."""
+    if device == "cpu":
+        from dvasim.replay.graphs import CpuGraphs
+
+        return CpuGraphs()
+    from dvasim.replay.engine import CudaOps
+
+    return CudaOps(device)
+
+
+GRAPH_REPLAYS = 10  # back-to-back replays per timed pass
+
+
+def _graph_passes(units, x, device: str, warmup: int, repeats: int, replays: int = GRAPH_REPLAYS) -> np.ndarray:
+    """GPU time of every unit: each captured as a CUDA graph on the carry its predecessors produce, then
+    ``replays`` back-to-back replays timed between two CUDA events, per pass (``warmup + repeats`` passes);
+    returns a ``(repeats, len(units))`` array of per-replay means in ms. Back-to-back replays keep the GPU busy,
+    so the host's launch gaps are not in the figure. On the CPU (stand-in graphs) the clock is the wall clock."""
+    torch = _torch()
+    from dvasim.replay.graphs import GraphStage
+
+    ops = graph_ops(device)
+    graphs = []
+    carry = x
+    with torch.inference_mode():
+        for i, unit in enumerate(units):
+            gs = GraphStage(unit, ops, i)
+            gs.capture(carry)
+            graphs.append(next(iter(gs.graphs.values())))
+            carry = unit(carry)
+    del carry
+    n = len(units)
+    out = np.empty((repeats, n))
+    cuda = device != "cpu"
+    with torch.inference_mode():
+        for p in range(warmup + repeats):
+            for i, g in enumerate(graphs):
+                if cuda:
+                    stream = torch.cuda.current_stream(torch.device(device))
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record(stream)
+                    for _ in range(replays):
+                        ops.replay_graph(g)
+                    e1.record(stream)
+                    e1.synchronize()
+                    ms = e0.elapsed_time(e1) / replays
+                else:
+                    t0 = time.perf_counter_ns()
+                    for _ in range(replays):
+                        ops.replay_graph(g)
+                    ms = (time.perf_counter_ns() - t0) / 1e6 / replays
+                if p >= warmup:
+                    out[p - warmup, i] = ms
+    return out
+
+
+def _launch_times(fn, x, device: str, warmup: int, repeats: int) -> float:
+    """The host's cost of launching ``fn(x)``: wall time until the call returns, before synchronising (median
+    of ``repeats`` after ``warmup``; synchronised between calls so each starts on an idle device). On a CPU
+    the call is the work itself."""
+    torch = _torch()
+    ts = []
+    with torch.inference_mode():
+        for k in range(warmup + repeats):
+            t0 = time.perf_counter_ns()
+            fn(x)
+            t1 = time.perf_counter_ns()
+            if device != "cpu":
+                torch.cuda.synchronize(torch.device(device))
+            if k >= warmup:
+                ts.append((t1 - t0) / 1e6)
+    return float(np.median(ts))
+
+
+LAUNCH_KINDS = ("eager", "torchscript", "cudagraph")
+
+
+def profile_launch(model, bounds: Sequence[int], batch_sizes: Sequence[int], seq_lens: Sequence[int] | None = None,
+                   device: str = "cpu", kinds: Sequence[str] = LAUNCH_KINDS, warmup: int = DEFAULT_WARMUP,
+                   repeats: int = DEFAULT_REPEATS, seed: int = 0, variant: str = "small") -> pd.DataFrame:
+    """Host launch cost of every stage in every module kind: columns ``modules,stage,batch_size,seq_len,
+    launch_ms`` (the launch-table format of :class:`dvasim.sim.host.LaunchTable`), provenance in
+    ``df.attrs["provenance"]``. A graph launch includes its one input copy (as the replay launches it)."""
+    torch = _torch()
+    from dvasim.replay.compiled import stage_modules
+    from dvasim.replay.graphs import GraphStage
+
+    model = _resolve_model(model, variant, seed)
+    device = _check_device(device)
+    _check_counts(warmup, repeats)
+    bss, sls = _grid(model, batch_sizes, seq_lens)
+    bad = [k for k in kinds if k not in LAUNCH_KINDS]
+    if bad:
+        raise ConfigError("--modules", f"must be among {', '.join(LAUNCH_KINDS)}; got {bad[0]!r}")
+    _move_model(model, device)
+    n = model.n_ops()
+    bounds = list(bounds)
+    ends = [*bounds[1:], n]
+    eager = [model.stage_module(a, b) for a, b in zip(bounds, ends, strict=True)]
+    mods = {"eager": eager}
+    if "torchscript" in kinds:
+        mods["torchscript"] = stage_modules(model, bounds, "torchscript")
+    ops = graph_ops(device) if "cudagraph" in kinds else None
+    rows = []
+    t_start = time.perf_counter()
+    for bs in bss:
+        for sl in sls or [None]:
+            x = _example(model, bs, sl, device, seed)
+            with torch.inference_mode():
+                carries = [x]
+                for st in eager[:-1]:
+                    carries.append(st(carries[-1]))
+            for kind in kinds:
+                for s_, carry in enumerate(carries):
+                    if kind == "cudagraph":
+                        gs = GraphStage(eager[s_], ops, s_)
+                        with torch.inference_mode():
+                            gs.capture(carry)
+                        fn = gs
+                    else:
+                        fn = mods[kind][s_]
+                    rows.append({"modules": kind, "stage": s_, "batch_size": bs, "seq_len": sl,
+                                 "launch_ms": _launch_times(fn, carry, device, warmup, repeats)})
+    df = pd.DataFrame(rows)
+    prov = _base_provenance(model, device, torch.get_num_threads(), warmup, repeats, "launch cost")
+    prov["statistic"] = "median over repeats of the host time until the stage call returned, before synchronising"
+    prov["cuts"] = str(bounds)
+    prov["modules"] = ",".join(kinds)
+    prov["profiling seconds"] = f"{time.perf_counter() - t_start:.1f}"
+    df.attrs["provenance"] = prov
+    return df
+
+
+def launch_path(table_path) -> Path:
+    """``t.csv`` -> ``t.launch.csv`` (the launch-cost side file of a stage table)."""
+    p = Path(table_path)
+    return p.with_name(p.stem + ".launch.csv")
+
+
+def save_launch(df: pd.DataFrame, path) -> Path:
+    p = Path(path)
+    prov = df.attrs.get("provenance", {})
+    with open(p, "w") as fh:
+        for k, v in prov.items():
+            fh.write(f"# {k}: {v}\n")
+        out = df.copy()
+        out["seq_len"] = out["seq_len"].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
+                                            else int(v))
+        out[["modules", "stage", "batch_size", "seq_len", "launch_ms"]].to_csv(fh, index=False)
+    return p
+
+
 def _base_provenance(model, device: str, threads_used: int, warmup: int, repeats: int, kind: str) -> dict[str, str]:
     torch = _torch()
     name, variant = _model_label(model)
@@ -382,8 +537,13 @@ def profile_ops(
     seed: int = 0,
     max_foreign_load: float | None = None,
     retries: int = 5,
+    graphs: bool | None = None,
 ) -> pd.DataFrame:
     """Per-operator latency profile.
+
+    On a GPU (``graphs`` defaults to ``device != "cpu"``) every operator is captured alone as a CUDA graph on the
+    carry its predecessors produced and its replays are timed with CUDA events: GPU time, with none of the host's
+    launch gaps that timing eagerly launched operators would put in the figure.
 
     ``model`` is a zoo model (or its name, built with ``variant``/``seed``). Returns one row per
     (operator, batch size[, seq_len]) with columns ``stage`` (operator index), ``name``, ``batch_size``,
@@ -403,6 +563,8 @@ def profile_ops(
     names = [nm for nm, _ in model.ops]
     # call the operator modules directly (as a stage module does), not through run_ops' per-call checks
     units = [mod for _, mod in model.ops]
+    use_graphs = device != "cpu" if graphs is None else bool(graphs)
+    passes = _graph_passes if use_graphs else _timed_passes
     rows: list[dict] = []
     t0 = time.perf_counter()
     with _Threads(threads) as used:
@@ -410,11 +572,12 @@ def profile_ops(
             for sl in sls or [None]:
                 x = _example(model, bs, sl, device, seed)
                 times, foreign, att = _measure_quiet(
-                    lambda x=x: _timed_passes(units, x, device, warmup, repeats), max_foreign_load, retries, 2.0
+                    lambda x=x: passes(units, x, device, warmup, repeats), max_foreign_load, retries, 2.0
                 )
                 rows.extend(_stats_rows(times, names, bs, sl, foreign, att))
     df = pd.DataFrame(rows)
     prov = _base_provenance(model, device, used, warmup, repeats, "per-operator")
+    _graph_provenance(prov, use_graphs, device, sls)
     prov["machine load"] = _foreign_summary(df)
     prov["operators"] = str(n)
     prov["spread"] = _spread_summary(df)
@@ -442,12 +605,15 @@ def profile_stages(
     seed: int = 0,
     max_foreign_load: float | None = None,
     retries: int = 5,
-    modules: str = "eager",
+    modules: str | None = None,
 ) -> pd.DataFrame:
     """Per-stage latency profile of the real stage modules.
 
-    ``modules = "torchscript"`` times the stages traced and frozen, as the replay runs them by default
-    (:mod:`dvasim.replay.compiled`); ``"eager"`` (default) the plain modules.
+    ``modules = "torchscript"`` times the stages traced and frozen (:mod:`dvasim.replay.compiled`); ``"eager"``
+    (default on a CPU) the plain modules; ``"cudagraph"`` (default on a GPU) each stage captured as a CUDA graph
+    per point, its back-to-back replays timed with CUDA events: the stage's GPU time with no host launch cost in
+    it (on a CPU, the stand-in graphs of :mod:`dvasim.replay.graphs`, wall clock). A graph-timed table of a token
+    model is *bucketed* (``# length buckets: true``): the replay pads inputs to its lengths.
 
     Give one of ``n_stages`` (time-even), ``cuts`` or ``ratios``. The slicing uses the operator times
     at ``slice_batch_size`` (default: the smallest of ``batch_sizes``) and ``slice_seq_len`` (default:
@@ -492,8 +658,10 @@ def profile_stages(
     at = f"at bs={ref_bs}" + ("" if ref_sl is None else f" seq_len={ref_sl}")
     ends = [*bounds[1:], n]
     _move_model(model, device)
-    if modules not in ("eager", "torchscript"):
-        raise ConfigError("--modules", f"must be eager or torchscript, got {modules!r}")
+    if modules is None or modules == "auto":
+        modules = "eager" if device == "cpu" else "cudagraph"
+    if modules not in ("eager", "torchscript", "cudagraph"):
+        raise ConfigError("--modules", f"must be eager, torchscript or cudagraph, got {modules!r}")
     kind = modules
     modules = [model.stage_module(a, b) for a, b in zip(bounds, ends, strict=True)]
     if device != "cpu":
@@ -504,18 +672,20 @@ def profile_stages(
 
         modules = stage_modules(model, list(bounds), "torchscript")
     names = [f"ops {a}-{b - 1}" for a, b in zip(bounds, ends, strict=True)]
+    passes = _graph_passes if kind == "cudagraph" else _timed_passes
     rows: list[dict] = []
     with _Threads(threads) as used:
         for bs in bss:
             for sl in sls or [None]:
                 x = _example(model, bs, sl, device, seed)
                 times, foreign, att = _measure_quiet(
-                    lambda x=x: _timed_passes(modules, x, device, warmup, repeats), max_foreign_load, retries, 2.0
+                    lambda x=x: passes(modules, x, device, warmup, repeats), max_foreign_load, retries, 2.0
                 )
                 rows.extend(_stats_rows(times, names, bs, sl, foreign, att))
     df = pd.DataFrame(rows)
     prov = _base_provenance(model, device, used, warmup, repeats, "per-stage")
     prov["modules"] = kind
+    _graph_provenance(prov, kind == "cudagraph", device, sls)
     prov["machine load"] = _foreign_summary(df)
     bal = balance(ref_times, bounds) if ref_times is not None else float("nan")
     prov["slicing"] = format_slicing(method, bounds, bal, at)
@@ -532,6 +702,15 @@ def profile_stages(
     df.attrs["bounds"] = list(bounds)
     df.attrs["name"] = f"{prov['model']}_{prov['variant']}_{len(bounds)}st"
     return df
+
+
+def _graph_provenance(prov: dict, graphs: bool, device: str, sls) -> None:
+    if graphs:
+        prov["timer"] = (f"CUDA graph replays ({GRAPH_REPLAYS} back to back) between CUDA events: GPU time, no host "
+                         "launch cost" if device != "cpu" else
+                         f"CPU stand-in graph replays ({GRAPH_REPLAYS} back to back), wall clock (no GPU here)")
+        if sls is not None:
+            prov["length buckets"] = "true"
 
 
 def to_table(df: pd.DataFrame, name: str | None = None):
@@ -598,8 +777,12 @@ def _build_parser() -> _Parser:
     p.add_argument("--cuts", default=None, help="slice at these operator indices instead, e.g. 10,25")
     p.add_argument("--ratios", default=None, help="slice by time shares instead, e.g. 0.3,0.7")
     p.add_argument("--per-op", action="store_true", help="write a per-operator table (stage = operator index)")
-    p.add_argument("--modules", default="eager", choices=("eager", "torchscript"),
-                   help="time the stage modules eager (default) or traced and frozen, as `dvasim replay` runs them")
+    p.add_argument("--modules", default=None, choices=("eager", "torchscript", "cudagraph"),
+                   help="how the stages are timed: eager (default on cpu), torchscript, or cudagraph (default on "
+                        "cuda: GPU time of CUDA graph replays)")
+    p.add_argument("--launch", default=None,
+                   help="also write <out>.launch.csv, the host's launch cost per stage in these module kinds "
+                        "(comma-separated; default on cuda: eager,torchscript,cudagraph; 'none' to skip)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--batch-sizes", default="1,2,4,8", help="comma-separated, default 1,2,4,8")
     p.add_argument("--seq-lens", default=None, help="comma-separated sequence lengths (token models only)")
@@ -695,6 +878,12 @@ def cli_profile(argv: Sequence[str] | None = None) -> int:
             )
         df.attrs["provenance"]["command"] = cmd
         table = save_profile(df, out, stats=not args.no_stats)
+        launch = args.launch if args.launch is not None else ("none" if device == "cpu" else ",".join(LAUNCH_KINDS))
+        if launch != "none" and not args.per_op:
+            kinds = [k for k in launch.split(",") if k]
+            ldf = profile_launch(model, df.attrs["bounds"], bss, sls, device, kinds, warmup, repeats, seed=seed)
+            ldf.attrs["provenance"]["command"] = cmd
+            save_launch(ldf, launch_path(out))
     except _ArgError as exc:
         print(f"dvasim profile: error: {exc.field}: {exc.message}", file=sys.stderr)
         return 2

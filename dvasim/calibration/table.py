@@ -156,6 +156,9 @@ class LatencyTable:
         self._b_index = {b: i for i, b in enumerate(self._b_list)}
         self._l_index = None if self._l_list is None else {s: i for i, s in enumerate(self._l_list)}
         self._lat_list = self._lat.tolist()
+        # a bucketed table (``# length buckets: true``, e.g. profiled from CUDA graphs captured per length)
+        # pads every input up to the next profiled length instead of interpolating between two
+        self.bucketed = self._l_list is not None and prov.get("length buckets", "").strip().lower() in ("true", "yes", "1")
         self._cache: dict[tuple, float] = {}
         self._max_thr_cache: dict[tuple, float] = {}
 
@@ -394,6 +397,8 @@ class LatencyTable:
             val = rows[b0][0] * (1.0 - wb) + rows[b1][0] * wb if wb else rows[b0][0]
         else:
             l0, l1, wl = self._bracket(self._l_list, self._l_index, max(ln, self._min_l))
+            if self.bucketed and wl:
+                l0, wl = l1, 0.0
             v0 = rows[b0][l0] * (1.0 - wl) + rows[b0][l1] * wl if wl else rows[b0][l0]
             if wb:
                 v1 = rows[b1][l0] * (1.0 - wl) + rows[b1][l1] * wl if wl else rows[b1][l0]
@@ -406,6 +411,14 @@ class LatencyTable:
         except TypeError:  # unhashable argument types; just don't cache
             pass
         return val
+
+    def bucket(self, seq_len: int | None) -> int | None:
+        """The length an input of ``seq_len`` runs at: the smallest profiled length that holds it for a bucketed
+        table; ``seq_len`` unchanged otherwise (and for tables without lengths)."""
+        if not self.bucketed or seq_len is None:
+            return seq_len
+        ln = self._norm_seq(seq_len)
+        return self._l_list[bisect.bisect_left(self._l_list, max(ln, self._min_l))]
 
     def stage_latencies(self, batch_size: int, seq_len: int | None = None) -> list[float]:
         """Latency (ms) of every stage, in order."""

@@ -110,6 +110,8 @@ class InputStore:
         if self.kind == "tokens":
             idx = torch.as_tensor(samples, dtype=torch.int64)
             x = self.data.index_select(0, idx)[:, :length]
+            if x.shape[1] < length:  # a length bucket above the longest input: padding tokens (id 0)
+                x = torch.nn.functional.pad(x, (0, length - x.shape[1]))
         else:
             idx = torch.as_tensor([s % self.data.shape[0] for s in samples], dtype=torch.int64)
             x = self.data.index_select(0, idx)

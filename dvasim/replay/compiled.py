@@ -28,7 +28,7 @@ from dvasim.replay.buffers import flatten, unflatten
 
 __all__ = ["MODULE_KINDS", "TorchScriptStage", "torchscript_stage", "stage_modules"]
 
-MODULE_KINDS = ("torchscript", "eager")
+MODULE_KINDS = ("torchscript", "eager", "cudagraph")  # cudagraph: dvasim.replay.graphs (built by prepare)
 
 
 class _Flat(nn.Module):
@@ -91,8 +91,9 @@ def stage_modules(model, bounds: list[int], kind: str = "torchscript", example_r
 
     ``kind = "torchscript"`` traces each stage on the carry the preceding ops produce from an example input of
     ``example_rows`` rows (and ``example_len`` tokens for BERT); ``"eager"`` returns the plain modules."""
-    if kind not in MODULE_KINDS:
-        raise ValueError(f"stage modules must be one of {MODULE_KINDS}, got {kind!r}")
+    if kind not in ("torchscript", "eager"):
+        raise ValueError(f"stage modules here are torchscript or eager (cudagraph stages are captured from eager "
+                         f"ones by dvasim.replay.graphs), got {kind!r}")
     ends = [*bounds[1:], model.n_ops()]
     eager = [model.stage_module(a, b) for a, b in zip(bounds, ends)]
     if kind == "eager":

@@ -134,6 +134,31 @@ class CudaOps:
     def synchronize_event(self, event) -> None:
         event.synchronize()  # the host waits for this event only
 
+    def capture_graph(self, fn: Callable[[list], Any], static_inputs: list) -> dict:
+        """Capture ``fn(static_inputs)`` as a CUDA graph (after two warm-up runs on a side stream, as CUDA graph
+        capture requires); returns ``{"graph", "inputs", "out", "structure"}`` (see dvasim.replay.graphs)."""
+        from dvasim.replay.buffers import flatten
+
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side), torch.inference_mode():
+            for _ in range(2):
+                fn(static_inputs)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(g, pool=self._pool()):
+            out = fn(static_inputs)
+        leaves, structure = flatten(out)
+        return {"graph": g, "inputs": static_inputs, "out": leaves, "structure": structure}
+
+    def replay_graph(self, graph: dict) -> None:
+        graph["graph"].replay()  # on the current (the executor's) stream
+
+    def _pool(self):
+        if getattr(self, "_graph_pool", None) is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        return self._graph_pool
+
 
 class _CpuBackend:
     name = "cpu"
@@ -195,12 +220,16 @@ class ReplayEngine:
     def __init__(self, pipeline: Pipeline, stages, buffers: BufferSet, inputs: InputStore, *,
                  device: str = "cpu", cuda_ops=None, record_outputs: bool = False, threads: int = 1,
                  stage_labels: list[str] | None = None, on_exit: Callable[[list[Query]], None] | None = None,
-                 warmup: int = 2, warmup_rows: int | None = None, poll_s: float = 0.05, spin_ms: float = 0.3, on_fail: Callable[[ReplayError], None] | None = None):
+                 warmup: int = 2, warmup_rows: int | None = None, poll_s: float = 0.05, spin_ms: float = 0.3, on_fail: Callable[[ReplayError], None] | None = None,
+                 lane_stages: list[list] | None = None, buckets: list[int] | None = None):
         self.pipeline = pipeline
         self.n_stages = pipeline.n_stages
         if len(stages) != self.n_stages:
             raise ValueError(f"{len(stages)} stage modules for a pipeline of {self.n_stages} stages")
         self.stages = list(stages)
+        # per lane, the callables that run each stage (CUDA graphs are per lane: their static buffers)
+        self.lane_stages = lane_stages or [self.stages] * pipeline.instances
+        self.buckets = sorted(buckets or [])
         self.buffers = buffers
         self.inputs = inputs
         self.device = device
@@ -515,23 +544,32 @@ class ReplayEngine:
 
     def _warm(self, lane: int, stage: int, rows: int) -> None:
         L = self.buffers.max_len
-        self.stages[stage](self.buffers.read(lane, stage, 0, range(rows), L))
+        self.lane_stages[lane][stage](self.buffers.read(lane, stage, 0, range(rows), L))
+
+    def bucket(self, length: int) -> int:
+        """The length an execution runs at: its padded length, or with length buckets (CUDA graphs) the
+        smallest bucket that holds it."""
+        for b in self.buckets:
+            if b >= length:
+                return b
+        return length
 
     def _compute(self, ex: Execution) -> None:
-        lane, s, j, rows, L = ex.lane, ex.stage, ex.slot, ex.rows, ex.seq_len
+        lane, s, j, rows = ex.lane, ex.stage, ex.slot, ex.rows
+        L = self.bucket(ex.seq_len)
         t = time.perf_counter()
         if s == 0:
             x = self.inputs.gather([self._sample[q.qid] for q in ex.queries], L)
             self.buffers.write(lane, 0, j, rows, x, L)
         carry = self.buffers.read(lane, s, j, rows, L)
         t_in = time.perf_counter()
-        out = self.stages[s](carry)
+        out = self.lane_stages[lane][s](carry)
         t_out = time.perf_counter()
         self.buffers.write(lane, s + 1, j, rows, out, L)
         ex.info["copy_ms"] = ((t_in - t) + (time.perf_counter() - t_out)) * 1000.0
 
     def _collect(self, ex: Execution) -> None:
-        out = self.buffers.read(ex.lane, self.n_stages, ex.slot, ex.rows, ex.seq_len)
+        out = self.buffers.read(ex.lane, self.n_stages, ex.slot, ex.rows, self.bucket(ex.seq_len))
         for i, q in enumerate(ex.queries):
             self.outputs[q.qid] = _rows_to_cpu(out, i)
 
@@ -614,6 +652,8 @@ class ReplaySetup:
     buffers: BufferSet
     inputs: InputStore
     device: str
+    buckets: list[int] = field(default_factory=list)  # length buckets (cudagraph stages of token models)
+    lane_stages: list[list] | None = None  # per lane, the stage callables (CUDA graphs); None: ``stages``
 
     @property
     def profile(self):
@@ -644,7 +684,7 @@ def _stages(model, resolved, bounds: list[int], kind: str, device: str) -> list:
 
 
 def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", record_states: bool = False,
-            seq_lens=None, table=None) -> ReplaySetup:
+            seq_lens=None, table=None, cuda_ops=None) -> ReplaySetup:
     """Resolve ``config`` and build the pipeline, the real stage modules, the buffers and the inputs.
 
     ``seq_lens`` replaces the workload's input lengths as the input samples (LoadGen's sample library).
@@ -691,29 +731,62 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
     model = _zoo(resolved.name, resolved.variant, dev)
     bounds = list(resolved.bounds)
     ends = [*bounds[1:], model.n_ops()]
-    stages = _stages(model, resolved, bounds, cfg["replay"]["modules"], dev)
+    kind = modules_for(cfg["replay"]["modules"], dev)
+    cfg["replay"] = {**cfg["replay"], "modules": kind}
+    stages = _stages(model, resolved, bounds, "eager" if kind == "cudagraph" else kind, dev)
     names = model.op_names
     labels = [f"ops {a}..{b - 1}: {names[a]} .. {names[b - 1]}" if b - a > 1 else f"op {a}: {names[a]}"
               for a, b in zip(bounds, ends)]
     lens = workload.seq_lens if seq_lens is None else seq_lens
+    buckets: list[int] = []
     if model.input_kind == "tokens":
         top = int(max(lens))
         if top > int(model.max_seq_len):
             raise WorkloadError("workload.seq_len", f"inputs up to {top} tokens; the model takes at most "
                                                     f"{model.max_seq_len}")
+        if kind == "cudagraph":  # graphs have fixed shapes: the table's lengths are the buckets
+            buckets = [int(L) for L in profile.seq_lens if int(L) <= int(model.max_seq_len)]
+            if not buckets or buckets[-1] < top:
+                raise WorkloadError("workload.seq_len", f"inputs up to {top} tokens; the table's length buckets "
+                                                        f"end at {buckets[-1] if buckets else 0}")
+            buckets = [L for L in buckets if L <= min(b for b in buckets if b >= top)]
     else:
         lens = [1] * len(lens)
     inputs = InputStore(model, lens, seed=int(cfg["workload"].get("seed", 0)), device=dev, pin=dev == "cuda")
     buffers = BufferSet(model, bounds, pipeline.instances, eng["buffer_pairs"], profile.max_batch_size,
-                        max_len=inputs.max_len, device=dev)
-    return ReplaySetup(cfg, resolved, policy, workload, pipeline, model, stages, labels, buffers, inputs, device)
+                        max_len=max([inputs.max_len, *buckets]), device=dev)
+    setup = ReplaySetup(cfg, resolved, policy, workload, pipeline, model, stages, labels, buffers, inputs, device,
+                        buckets=buckets)
+    if kind == "cudagraph":
+        setup.lane_stages = _graph_stages(setup, cuda_ops)
+    return setup
+
+
+def modules_for(kind: str, device: str) -> str:
+    """``[replay] modules`` for a device: ``"auto"`` is CUDA graphs on CUDA, TorchScript on the CPU."""
+    if kind == "auto":
+        return "cudagraph" if device == "cuda" else "torchscript"
+    return kind
+
+
+def _graph_stages(setup: ReplaySetup, cuda_ops=None) -> list[list]:
+    """Every stage of every lane captured at every batch size the policy can form and every length bucket."""
+    from dvasim.replay.graphs import CpuGraphs, capture_stages
+
+    ops = cuda_ops if cuda_ops is not None else (CudaOps(setup.buffers.device) if setup.device == "cuda"
+                                                 else CpuGraphs())
+    top = int(getattr(setup.policy, "max_batch_size", None) or setup.profile.max_batch_size)
+    top = min(top, setup.buffers.max_rows)
+    return capture_stages(setup.stages, setup.buffers, ops, range(1, top + 1), setup.buckets or [1],
+                          lanes=setup.pipeline.instances, progress=setup.cfg["engine"].get("progress", True))
 
 
 def make_engine(setup: ReplaySetup, device: str | None = None, **kwargs) -> ReplayEngine:
     """The engine for ``setup`` (``device`` overrides the setup's, e.g. the CUDA path with a stand-in)."""
     kwargs.setdefault("warmup_rows", getattr(setup.policy, "max_batch_size", None))
     return ReplayEngine(setup.pipeline, setup.stages, setup.buffers, setup.inputs,
-                        device=device or setup.device, stage_labels=setup.labels, **kwargs)
+                        device=device or setup.device, stage_labels=setup.labels, lane_stages=setup.lane_stages,
+                        buckets=setup.buckets, **kwargs)
 
 
 def admission_delays(queries: list[Query]):

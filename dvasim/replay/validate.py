@@ -68,18 +68,46 @@ def _profile_grid(table, cfg: dict) -> tuple[list[int], list[int] | None]:
     return list(range(1, top + 1)), None if table.seq_lens is None else [int(x) for x in table.seq_lens]
 
 
-def fresh_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3) -> Path:
+def fresh_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3, device: str = "cpu") -> Path:
     """Profile the config's real stage modules now (same cuts, :func:`_profile_grid`, one thread, the
     profiler's method, the replay's ``[replay] modules``) and save the per-stage table at ``path``."""
     from dvasim.calibration.models import resolve_model
     from dvasim.calibration.profiler import profile_stages, save_profile
+    from dvasim.replay.engine import modules_for
 
     resolved = resolve_model(cfg["model"])
     bss, sls = _profile_grid(resolved.table, cfg)
     df = profile_stages(resolved.name, cuts=list(resolved.bounds[1:]), batch_sizes=bss, seq_lens=sls,
-                        repeats=repeats, warmup=warmup, threads=1, variant=resolved.variant,
-                        modules=cfg["replay"]["modules"])
+                        repeats=repeats, warmup=warmup, threads=1, variant=resolved.variant, device=device,
+                        modules=modules_for(cfg["replay"]["modules"], device))
     save_profile(df, path, stats=False)
+    return path
+
+
+def gpu_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3, device: str = "cuda") -> Path:
+    """On a GPU: the config's stages as CUDA graphs, their GPU time per batch size the policy can form and per
+    length of the model's table (a bucketed table) at ``path``, and the host's launch cost of each stage in the
+    replay's module kind at ``<path stem>.launch.csv`` (the simulator's ``[engine.host] launch_table``)."""
+    from dvasim.calibration.models import resolve_model
+    from dvasim.calibration.profiler import (
+        launch_path,
+        profile_launch,
+        profile_stages,
+        save_launch,
+        save_profile,
+    )
+    from dvasim.replay.engine import modules_for
+
+    resolved = resolve_model(cfg["model"])
+    bss, sls = _profile_grid(resolved.table, cfg)
+    df = profile_stages(resolved.name, cuts=list(resolved.bounds[1:]), batch_sizes=bss, seq_lens=sls,
+                        repeats=repeats, warmup=warmup, threads=1, variant=resolved.variant, device=device,
+                        modules="cudagraph")
+    save_profile(df, path, stats=False)
+    kind = modules_for(cfg["replay"]["modules"], "cuda")
+    ldf = profile_launch(resolved.name, list(resolved.bounds), bss, sls, device, [kind], warmup, repeats,
+                         variant=resolved.variant)
+    save_launch(ldf, launch_path(path))
     return path
 
 
@@ -284,7 +312,12 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
 
     cfg = cfgmod.resolve(config, overrides)
     forced = None
-    if "name" in cfg["model"] and cfg["model"].get("device") != "cpu":
+    if device == "cuda":
+        # on a GPU: the config's own model, its stages as CUDA graphs; the simulator gets the GPU time of those
+        # graphs (profiled just before each replay) and the host model with their measured launch costs
+        if table == "shipped":
+            table = "fresh"
+    elif "name" in cfg["model"] and cfg["model"].get("device") != "cpu":
         forced = cfg["model"].get("device", "titanrtx")
         cfg["model"]["device"] = "cpu"
     out = Path(out_dir)
@@ -326,8 +359,16 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
         if per_repeat:
             if max_foreign is not None:
                 wait_quiet(max_foreign, max_wait=max_wait_s, probe=1.0)
-            path = maker(cfg, out / f"stage_table_{k}.csv")
+            path = (maker(cfg, out / f"stage_table_{k}.csv") if device == "cpu"
+                    else gpu_stage_table(cfg, out / f"stage_table_{k}.csv"))
             sim_cfg = {**cfg, "model": {"table": str(path)}}
+            if device == "cuda":
+                from dvasim.calibration.profiler import launch_path
+                from dvasim.replay.engine import modules_for
+
+                sim_cfg["engine"] = {**cfg["engine"], "host": {
+                    **cfg["engine"].get("host", {}), "launch_table": str(launch_path(path)),
+                    "modules": modules_for(cfg["replay"]["modules"], "cuda")}}
         sim = run(sim_cfg, progress=False)
         write_outputs(sim, out / (f"sim_{k}" if per_repeat else "sim"), figure=False)
         sims.append(sim)
