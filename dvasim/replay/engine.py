@@ -845,6 +845,10 @@ def to_run_result(setup: ReplaySetup, res: ReplayResult, extra_summary: dict | N
         interrupted=res.interrupted,
     )
     summary.update(overhead_stats(res.executions, res.queries))
+    if setup.lane_stages is not None:  # CUDA graphs: the one input copy per launch into the static buffers
+        n = sum(st.launches for lane in setup.lane_stages for st in lane)
+        summary["graph_copy_ms_mean"] = (sum(st.copy_ms for lane in setup.lane_stages for st in lane) / n
+                                         if n else math.nan)
     if extra_summary:
         summary.update(extra_summary)
     resolved = {**cfg, "policy": {**cfg["policy"], **policy.describe()}}

@@ -13,9 +13,11 @@ execution any rows of its pair's buffers (a stretched batch's newcomers start at
 at theirs), so the pairs' rows cannot be the graph's static inputs without a graph per (pair, row offset). Each
 launch therefore makes **one device copy** of its input rows into the graph's static input, replays the graph on
 the executor's stream, and the output is copied into the next buffer's rows exactly as for the other module kinds
-(that copy exists for every kind). The extra copy is the carry at the stage's input boundary: e.g. 16 x 128 x 768
-x 4 bytes = 6.3 MB (+ the mask) for a BERT-base stage at batch 16, length 128 (about 2-3 us at an H100's
-3.35 TB/s); ``copy_ms`` in ``executions.csv`` measures it with the other copies.
+(that copy exists for every kind). The extra copy is the carry at the stage's input boundary, at batch 16: BERT-base
+(length 128, the H100 cuts) 0.02 / 31.5 / 6.3 / 25.2 MB for stages 0-3, ResNet152 9.6 / 25.7 / 16.1 / 16.1 MB:
+at most ~10 us at an H100's 3.35 TB/s against stage GPU times of 0.4-2.5 ms. ``GraphStage.copy_ms`` accumulates
+the host time of these copies (on the CPU stand-in the copy itself; on a GPU the time to enqueue it), and the
+replay reports its mean per launch as ``graph_copy_ms_mean``.
 
 All CUDA calls go through :class:`dvasim.replay.engine.CudaOps` (``capture_graph`` / ``replay_graph``). On a machine
 without CUDA, :class:`CpuGraphs` stands in with the same static-buffer semantics (copy in, replay writes the static
@@ -23,6 +25,8 @@ outputs in place, the next replay overwrites them), so the whole path runs and i
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -64,6 +68,7 @@ class GraphStage:
         self.in_structure = None
         self.in_none: list[bool] = []
         self.launches = 0
+        self.copy_ms = 0.0  # host time of the input copies into the static buffers, summed over launches
 
     def _fn(self, static_inputs):
         it = iter(static_inputs)
@@ -89,8 +94,10 @@ class GraphStage:
         if graph is None:
             raise KeyError(f"stage {self.stage}: no CUDA graph captured for input shapes "
                            f"{[tuple(t.shape) for t in tensors]} (captured: {len(self.graphs)} shapes)")
+        t0 = time.perf_counter()
         for dst, src in zip(graph["inputs"], tensors):
             dst.copy_(src, non_blocking=True)  # the one device copy per launch
+        self.copy_ms += (time.perf_counter() - t0) * 1000.0
         self.ops.replay_graph(graph)
         self.launches += 1
         return unflatten(graph["structure"], list(graph["out"]))
