@@ -53,6 +53,7 @@ import gc
 import math
 import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -778,7 +779,8 @@ def _graph_stages(setup: ReplaySetup, cuda_ops=None) -> list[list]:
     top = int(getattr(setup.policy, "max_batch_size", None) or setup.profile.max_batch_size)
     top = min(top, setup.buffers.max_rows)
     return capture_stages(setup.stages, setup.buffers, ops, range(1, top + 1), setup.buckets or [1],
-                          lanes=setup.pipeline.instances, progress=setup.cfg["engine"].get("progress", True))
+                          lanes=setup.pipeline.instances,
+                          progress=bool(setup.cfg["engine"].get("progress")) or sys.stderr.isatty())
 
 
 def make_engine(setup: ReplaySetup, device: str | None = None, **kwargs) -> ReplayEngine:
