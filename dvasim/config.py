@@ -131,6 +131,12 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[st
         section, key, value = parse_override(text)
         if section not in SECTIONS:
             raise ConfigError(f"{section}.{key}", f"unknown section [{section}]; allowed: {', '.join(SECTIONS)}")
+        if section == "engine" and key.startswith("host."):  # a key of the [engine.host] sub-table
+            host = raw.setdefault("engine", {}).setdefault("host", {})
+            if not isinstance(host, dict):
+                raise ConfigError("engine.host", "must be a table of keys ([engine.host]), see dvasim.sim.host")
+            host[key.split(".", 1)[1]] = value
+            continue
         raw.setdefault(section, {})[key] = value
     return raw
 

@@ -128,3 +128,12 @@ def test_gpu_table_gives_the_device_its_own_times(tmp_path):
     assert latencies(0.5, h, [0.0]) == pytest.approx([3.3])
     with pytest.raises(ConfigError, match="stages"):
         host_from_config({"gpu_table": str(p)}, 2)
+
+
+def test_set_reaches_the_host_subtable():
+    from dvasim import config as cfgmod
+
+    raw = {"model": {"table": "traces/default/vgg16_titanx_4stages.csv"},
+           "workload": {"kind": "poisson", "rate_qps": 10, "n_queries": 5}}
+    cfg = cfgmod.resolve(raw, ["engine.host.launch_ms=2.5", "engine.host.modules=eager"])
+    assert cfg["engine"]["host"] == {"launch_ms": 2.5, "modules": "eager"}
