@@ -18,7 +18,9 @@ the host model of :mod:`dvasim.sim.host` and the engine's delays:
 * **copies** ``copy_ms[s] + copy_per_row_ms[s] * b``: the same line through the measured ``copy_ms``;
 * ``launch_overhead_ms``: the mean hand-off + book-keeping per launch;
 * ``admission_delay_ms``: quantiles of (seen - arrival) over all queries, at levels 0, 0.05, ..., 0.95 and 0.999;
-* **stalls** ``stall_prob``, ``stall_ms``: executions far slower than the model explains (:func:`stalls`);
+* **stalls** ``stall_prob``, ``stall_ms``: executions far slower than the model explains (:func:`stalls`), and
+  their bursts: ``stall_cluster_prob``, the probability of a stall within ``stall_window_ms`` (50) after another
+  began (:func:`stall_clustering`; fitted on the H100 ZeroBatch replays: 0.17-0.26 against 0.007 otherwise);
 * ``service_cv``: the coefficient of variation of real / modelled execution time over the executions that ran
   alone, each relative to the median of its stage and batch size (the run-to-run jitter), from the
   interquartile range of its logarithm (:func:`robust_cv`).
@@ -207,20 +209,50 @@ def robust_cv(ratios) -> float:
     return float(math.sqrt(math.expm1(sigma * sigma)))
 
 
-def stalls(excess) -> tuple[float, list[float] | None]:
-    """Launches that took far longer than the model explains: ``(probability, quantiles of the excess)``.
+def stall_threshold(excess) -> float:
+    """Far out by Tukey's rule on the excess (real - modelled host time): ``q75 + 3 IQR``, at least 1 ms."""
+    x = np.asarray(excess, float)
+    x = x[np.isfinite(x)]
+    q25, q75 = np.percentile(x, [25, 75])
+    return float(max(q75 + 3 * (q75 - q25), 1.0))
 
-    Far out by Tukey's rule on the excess (real - modelled host time): above ``q75 + 3 IQR`` and at least
-    1 ms. The quantiles are at 21 evenly spaced levels (the simulator's ``stall_ms``)."""
+
+def stalls(excess) -> tuple[float, list[float] | None]:
+    """Launches that took far longer than the model explains: ``(probability, quantiles of the excess)``
+    above :func:`stall_threshold`, at 21 evenly spaced levels (the simulator's ``stall_ms``)."""
     x = np.asarray(excess, float)
     x = x[np.isfinite(x)]
     if len(x) < 50:
         return 0.0, None
-    q25, q75 = np.percentile(x, [25, 75])
-    far = x[x > max(q75 + 3 * (q75 - q25), 1.0)]
+    far = x[x > stall_threshold(x)]
     if len(far) < 3:
         return 0.0, None
     return float(len(far) / len(x)), [float(v) for v in np.quantile(far, np.linspace(0, 1, 21))]
+
+
+STALL_WINDOW_MS = 50.0
+
+
+def stall_clustering(begin_ms, stalled, run, window_ms: float = STALL_WINDOW_MS) -> tuple[float, float, int]:
+    """Host stalls come in bursts (a disturbed host): a stall outside a burst starts one that lasts ``window_ms``
+    (later stalls inside it do not prolong it, as in the simulator). Returns ``(P(stall | inside a burst),
+    P(stall | outside), launches inside bursts)``, per run in time order."""
+    b = np.asarray(begin_ms, float)
+    st = np.asarray(stalled, bool)
+    rn = np.asarray(run)
+    near = np.zeros(len(b), bool)
+    for r in np.unique(rn):
+        idx = np.nonzero(rn == r)[0]
+        idx = idx[np.argsort(b[idx], kind="stable")]
+        start = -math.inf  # the stall that began the current burst (stalls inside a burst do not prolong it)
+        for i in idx:
+            near[i] = b[i] - start < window_ms
+            if st[i] and not near[i]:
+                start = b[i]
+    n_near = int(near.sum())
+    p_near = float(st[near].mean()) if n_near else 0.0
+    p_far = float(st[~near].mean()) if (~near).any() else 0.0
+    return p_near, p_far, n_near
 
 
 def admission_quantiles(late) -> list[float] | None:
@@ -266,9 +298,10 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
         raise ConfigError("fit", f"the folders ran different or unknown module kinds ({sorted(kinds)}); give --modules")
     kind = kinds.pop()
     ex = []
-    for r in runs:
+    for k, r in enumerate(runs):
         e = r["executions"].copy()
         e["overlap"] = overlap_fraction(e["begin_ms"], e["end_ms"])
+        e["run"] = k
         ex.append(e)
     e = pd.concat(ex, ignore_index=True)
     e["copy_ms"] = e["copy_ms"].fillna(0.0)
@@ -340,7 +373,14 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
         if len(v) >= 5:
             rr.extend(v / np.median(v))
     cv = robust_cv(rr)
-    stall_prob, stall_q = stalls(alone["host_ms"].to_numpy() - mod)
+    excess = alone["host_ms"].to_numpy() - mod
+    stall_prob, stall_q = stalls(excess)
+    cluster = None
+    if stall_q is not None:
+        flagged = excess > stall_threshold(excess)
+        p_near, p_far, n_near = stall_clustering(alone["begin_ms"], flagged, alone["run"])
+        if n_near >= 20 and p_near > p_far:
+            cluster = (p_far, p_near)
 
     # launches that overlapped others (DVABatch, several instances): how many cores launch at once
     cores_fit = None
@@ -371,6 +411,10 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     if stall_q is not None:
         host["stall_prob"] = stall_prob
         host["stall_ms"] = stall_q
+        if cluster is not None:  # bursts: base probability, and the probability within a window after a stall
+            host["stall_prob"] = cluster[0]
+            host["stall_cluster_prob"] = cluster[1]
+            host["stall_window_ms"] = STALL_WINDOW_MS
     q = pd.concat([r["queries"] for r in runs], ignore_index=True)
     late = (q["seen_ms"] - q["arrival_ms"]).to_numpy(float)
     adm = admission_quantiles(late)

@@ -197,3 +197,24 @@ def test_fit_cores_needs_overlap(tmp_path):
     d = synthetic_replay(tmp_path / "r", seed=0, n=200)
     with pytest.raises(ConfigError, match="overlapped"):
         fit([d], fit_cores_from_overlap=True)
+
+
+def test_stall_clustering_recovers_bursts():
+    """A host that stalls in bursts: base probability 0.01, 0.3 within 50 ms after a burst-starting stall."""
+    from dvasim.fit import stall_clustering
+
+    rng = np.random.default_rng(3)
+    t = np.cumsum(rng.uniform(1.0, 3.0, 40000))  # launches every 2 ms on average
+    st = np.zeros(len(t), bool)
+    start = -np.inf
+    for i, ti in enumerate(t):
+        inside = ti - start < 50.0
+        st[i] = rng.random() < (0.3 if inside else 0.01)
+        if st[i] and not inside:
+            start = ti
+    p_near, p_far, n = stall_clustering(t, st, np.zeros(len(t)))
+    assert p_near == pytest.approx(0.3, abs=0.03) and p_far == pytest.approx(0.01, abs=0.003) and n > 1000
+    # independent stalls show no bursts
+    flat = rng.random(len(t)) < 0.02
+    p_near, p_far, _ = stall_clustering(t, flat, np.zeros(len(t)))
+    assert p_near == pytest.approx(p_far, abs=0.01)

@@ -137,3 +137,21 @@ def test_set_reaches_the_host_subtable():
            "workload": {"kind": "poisson", "rate_qps": 10, "n_queries": 5}}
     cfg = cfgmod.resolve(raw, ["engine.host.launch_ms=2.5", "engine.host.modules=eager"])
     assert cfg["engine"]["host"] == {"launch_ms": 2.5, "modules": "eager"}
+
+
+def test_stall_bursts_raise_the_stall_rate_after_a_stall():
+    # base 0, burst 1: the first stall can never start a burst, so nothing stalls
+    h = host(launch_ms=[1.0], stall_prob=0.0, stall_cluster_prob=1.0, stall_ms=[5.0, 5.0], stall_window_ms=50.0)
+    assert latencies(0.1, h, [i * 10.0 for i in range(20)]) == pytest.approx([1.0] * 20)
+    # base 0.05, burst 1.0 within 25 ms: after the first stall at t0, every launch until t0 + 25 stalls, then
+    # the burst ends (stalls inside it do not prolong it)
+    h = host(launch_ms=[1.0], stall_prob=0.05, stall_cluster_prob=1.0, stall_ms=[2.0, 2.0], stall_window_ms=25.0)
+    arr = [i * 10.0 for i in range(400)]
+    lat = latencies(0.1, h, arr, seed=5)
+    stalled = [x > 1.5 for x in lat]
+    firsts = [i for i, s in enumerate(stalled) if s and (i == 0 or not stalled[i - 1])]
+    assert firsts
+    for i in firsts:  # a burst covers the launches at +10 and +20 ms after its start
+        assert all(stalled[i:i + 3]) or i + 3 > len(stalled)
+    frac = sum(stalled) / len(stalled)
+    assert 0.1 < frac < 0.3  # about 3 stalled launches per burst start (p = 0.05 outside bursts)

@@ -99,17 +99,22 @@ class RecordingCudaOps:
                     self.draining = outer
 
     # CUDA graphs: captured through the same object (prepare(..., cuda_ops=)), replayed inside launches
-    def capture_graph(self, fn, static_inputs):
+    def graph_pool(self, name):
+        with self.lock:
+            self._log("pool", name)
+            return ("pool", name)
+
+    def capture_graph(self, fn, static_inputs, pool=None):
         from dvasim.replay.graphs import CpuGraphs
 
         with self.lock:
-            self._log("capture", tuple(tuple(t.shape) for t in static_inputs))
-        return CpuGraphs().capture_graph(fn, static_inputs)
+            self._log("capture", pool, tuple(tuple(t.shape) for t in static_inputs))
+        return {**CpuGraphs().capture_graph(fn, static_inputs), "pool": pool}
 
     def replay_graph(self, graph):
         from dvasim.replay.graphs import CpuGraphs
 
-        self._log("replay", getattr(self, "draining", None))
+        self._log("replay", getattr(self, "draining", None), graph["pool"])
         CpuGraphs().replay_graph(graph)
 
 
@@ -270,6 +275,15 @@ def test_cuda_graph_stages_replay_inside_their_executors_stream():
     setup = r.extra["setup"]
     captures = [e for e in ops.log if e[0] == "capture"]
     assert len(captures) == 2 * 3 * 8 * len(setup.buckets)  # lanes x stages x batch sizes x buckets
+    # one memory pool per executor (executors replay at the same time; one executor's graphs never do), and
+    # each executor's graphs captured longest bucket first, largest batch first (smaller ones reuse the memory)
+    assert [e[1] for e in ops.log if e[0] == "pool"] == [(lane, s) for lane in range(2) for s in range(3)]
+    for lane in range(2):
+        for s in range(3):
+            shapes = [e[2] for e in captures if e[1] == ("pool", (lane, s))]
+            order = [(sh[0][1], sh[0][0]) for sh in shapes]  # stage inputs: (rows, length, ...) first leaf
+            assert len(shapes) == 8 * len(setup.buckets) and order == sorted(order, reverse=True)
+            assert {(b, L) for L, b in order} == {(b, L) for b in range(1, 9) for L in setup.buckets}
     first_launch = next(i for i, e in enumerate(ops.log) if e[0] == "launch")
     assert max(i for i, e in enumerate(ops.log) if e[0] == "capture") < first_launch  # all at start-up
     replays = [e for e in ops.log if e[0] == "replay"]
@@ -278,3 +292,4 @@ def test_cuda_graph_stages_replay_inside_their_executors_stream():
     assert not [e for e in replays if e[1] is None], "a graph replayed outside any stream"
     for e in replays:  # ... while its own executor's stream ran (lane, stage) -> executor thread lane*3+stage
         assert e[-1] == f"dvasim-executor-{e[1][0] * 3 + e[1][1]}"
+        assert e[2] == ("pool", e[1]), f"stream {e[1]} replayed a graph of executor {e[2][1]}"

@@ -178,6 +178,20 @@ class ModelParams:
     # a convolution cannot finish faster than its reduction loop: at least conv_k_floor_ns per element of K
     # (cuDNN's implicit-GEMM convolutions at batch 1 with long reductions; cuBLAS GEMMs split K instead); 0 = none
     conv_k_floor_ns: float = 0.0
+    # --- model v1.2 terms (torch kernels; all inert at their defaults) ---
+    # the same floor for cuBLAS GEMMs, per element of the (split) reduction each block runs
+    gemm_k_floor_ns: float = 0.0
+    # convolution efficiency ramps with the output channels N: e * N / (N + conv_n_half) (cuDNN's tiles are wide)
+    conv_n_half: float = 0.0
+    # t0 added to every kernel (back-to-back kernels in a CUDA graph each pay launch, ramp and drain) instead of
+    # being a floor: t = t0 + max(t_compute, t_memory)
+    additive_t0: bool = False
+    # narrow GEMMs (N < b) run with blocks only N wide (1x1 convolutions to a few channels)
+    narrow_tiles: bool = False
+    # L2 reuse: activation bytes up to l2_reuse_mb per kernel (written by the kernel before) are served from L2 at
+    # l2_speedup x the DRAM rate; 0 = no reuse (every byte from DRAM)
+    l2_reuse_mb: float = 0.0
+    l2_speedup: float = 1.0
 
     def eff_for(self, names: tuple[str, ...]) -> float:
         if "conv_transpose" in names:
@@ -275,6 +289,9 @@ _CREATE_OPS = {
     "zeros_like",
     "new_empty",
 }
+# fusion="torch": ops that launch a copy or fill kernel in torch eager (free under TensorRT-style fusion)
+_COPY_OPS = {"clone", "contiguous", "cat", "_to_copy", "copy_", "copy"}
+_FILL_OPS = {"arange", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill_"}
 _BN_OPS = {"native_batch_norm", "_native_batch_norm_legit_no_training", "_native_batch_norm_legit"}
 _GEMM_OPS = {"mm", "addmm", "bmm", "convolution"}
 _MEM_OPS = {
@@ -358,6 +375,18 @@ class _OpRecorder:
     def record(self, name: str, func, args, kwargs, out) -> None:
         ins = _tensors(args) + _tensors(list(kwargs.values()))
         outs = _tensors(out)
+        if self.fusion == "torch" and (name in _COPY_OPS or name in _FILL_OPS):
+            # torch eager: a copy (contiguous/reshape of a strided view, cat, dtype cast) or a fill is a kernel
+            fp = sum(_nbytes(t)[0] for t in ins)
+            it = sum(_nbytes(t)[1] for t in ins)
+            if name in _FILL_OPS:  # its output, whatever the dtype (arange: a batch-independent index vector)
+                fp += sum(t.numel() * t.element_size() for t in outs[:1])
+            else:
+                fp, it = fp + sum(_nbytes(t)[0] for t in outs[:1]), it + sum(_nbytes(t)[1] for t in outs[:1])
+            k = Kernel("mem", [name], bytes_fp32=fp, bytes_int=it)
+            self.kernels.append(k)
+            self._mark(outs, len(self.kernels) - 1)
+            return
         if name in _CREATE_OPS:
             self._mark(outs, -1 if not self.kernels else len(self.kernels) - 1)
             return
@@ -368,6 +397,11 @@ class _OpRecorder:
             return
         if name in _GEMM_OPS:
             self._new_kernel(self._gemm(name, args, ins, outs), outs)
+            if self.fusion == "torch" and name == "convolution" and args[2] is not None:
+                # torch adds a convolution's bias in a kernel of its own after cuDNN's (output.add_(bias))
+                o = _nbytes(outs[0])[0]
+                self.kernels.append(Kernel("mem", ["conv_bias"], bytes_fp32=2 * o + _nbytes(args[2])[0]))
+                self._mark(outs, len(self.kernels) - 1)
             return
         if name in _MEM_OPS:
             fp, it = self._outside_bytes(ins)
@@ -375,6 +409,8 @@ class _OpRecorder:
                 fp = _nbytes(outs[0])[0]
             ofp = sum(_nbytes(t)[0] for t in outs[:1])
             src_bytes = sum(_nbytes(t)[0] for t in ins if id(t) in self.producer)
+            if self.fusion == "torch":  # max pooling writes its argmax indices (int64) as well
+                it += sum(_nbytes(t)[1] for t in outs)
             k = Kernel("mem", [name], bytes_fp32=fp + ofp + src_bytes, bytes_int=it)
             self._new_kernel(k, outs)
             return
@@ -382,7 +418,7 @@ class _OpRecorder:
         fp, it = self._outside_bytes(ins)
         ofp = sum(_nbytes(t)[0] for t in outs[:1])
         src = self._src(ins)
-        if self.fusion == "none":
+        if self.fusion in ("none", "torch"):
             src_bytes = sum(_nbytes(t)[0] for t in ins if id(t) in self.producer)
             k = Kernel("mem", [name], bytes_fp32=fp + ofp + src_bytes, bytes_int=it)
             self.kernels.append(k)
@@ -588,36 +624,49 @@ def op_templates(
 # --------------------------------------------------------------------------------------------- timing
 def kernel_time_us(kt: KernelTemplate, bs: int, gpu: GPUSpec, params: ModelParams, precision: str) -> float:
     """Time of one kernel at batch size ``bs`` (microseconds)."""
-    t_mem = params.mem_latency_us + kt.bytes(bs, precision) / (gpu.dram_gbs * 1e9 * params.mem_eff) * 1e6
+    bw = gpu.dram_gbs * 1e9 * params.mem_eff
+    nbytes = kt.bytes(bs, precision)
+    if params.l2_reuse_mb > 0:
+        act = kt.bytes_per_sample * bs * BYTES_PER_ELEMENT[precision] / 4.0 + kt.int_bytes_per_sample * bs
+        hot = min(act, params.l2_reuse_mb * 1e6)
+        nbytes = nbytes - hot + hot / params.l2_speedup
+    t_mem = params.mem_latency_us + nbytes / bw * 1e6
     t_comp = 0.0
     if kt.kind == "gemm":
         B, M, N, K = kt.dims(bs)
         eff = params.eff_for(kt.names)
+        conv = "convolution" in kt.names or "conv_transpose" in kt.names
         if params.k_half > 0:
             eff *= K / (K + params.k_half)
+        if params.conv_n_half > 0 and conv:
+            eff *= N / (N + params.conv_n_half)
         p = params if eff == params.compute_eff else replace(params, compute_eff=eff)
-        t_comp = _gemm_compute_us(B, M, N, K, gpu, p, precision)
-        if params.conv_k_floor_ns > 0 and ("convolution" in kt.names or "conv_transpose" in kt.names):
+        t_comp = _gemm_compute_us(B, M, N, K, gpu, p, precision, 0.0 if conv else params.gemm_k_floor_ns)
+        if params.conv_k_floor_ns > 0 and conv:
             t_comp = max(t_comp, K * params.conv_k_floor_ns / 1e3)
+    if params.additive_t0:
+        return params.kernel_overhead_us + max(t_comp, t_mem)
     return max(params.kernel_overhead_us, t_comp, t_mem)
 
 
 def _gemm_compute_us(
-    B: int, M: int, N: int, K: float, gpu: GPUSpec, params: ModelParams, precision: str
+    B: int, M: int, N: int, K: float, gpu: GPUSpec, params: ModelParams, precision: str, k_floor_ns: float = 0.0
 ) -> float:
     """Wave-quantised GEMM time; split-K (the reduction cut into ``sk`` parts, partial sums added by an
     extra pass over ``sk * M * N`` values) is used when it is faster and every part keeps a reduction
-    length of at least ``max(M, N, 256)`` (split-K only pays off for long, thin reductions)."""
+    length of at least ``max(M, N, 256)`` (split-K only pays off for long, thin reductions). With
+    ``k_floor_ns`` a wave takes at least that long per element of its (split) reduction."""
     b = params.block
+    bn = N if params.narrow_tiles and N < b else b
     slots = gpu.sms * params.blocks_per_sm
     per_slot = gpu.peak_flops(precision) * params.compute_eff / slots
     bw = gpu.dram_gbs * 1e9 * params.mem_eff
     best = math.inf
     sk = 1
     while sk == 1 or K / sk >= max(M, N, 256):
-        blocks = B * math.ceil(M / b) * math.ceil(N / b) * sk
+        blocks = B * math.ceil(M / b) * math.ceil(N / bn) * sk
         waves = math.ceil(blocks / slots)
-        t = waves * (2.0 * b * b * K / sk) / per_slot
+        t = waves * max(2.0 * b * bn * K / sk / per_slot, K / sk * k_floor_ns * 1e-9)
         if sk > 1:
             t += 2.0 * sk * B * M * N * BYTES_PER_ELEMENT[precision] / bw
         best = min(best, t)

@@ -12,9 +12,21 @@ because the table format has only ``latency_ms``.
 * CPU: a monotonic clock (:func:`time.perf_counter_ns`) around each unit. Intra-op threads are set with
   :func:`torch.set_num_threads` (default **1**, the setting the replay's executor threads use, so one
   stage execution occupies one core and two can co-run on a 2-core machine) and restored afterwards.
-* CUDA: ``torch.cuda.Event(enable_timing=True)`` recorded on the current stream before every unit and
-  after the last one; the stream is synchronised once per pass and the unit time is the elapsed time
-  between consecutive events (device time, no host synchronisation inside the pass).
+* CUDA (and ``modules = "cudagraph"`` anywhere): **GPU time**. Each unit (stage, or with ``--per-op`` each
+  operator on the carry its predecessors produced) is captured alone as a CUDA graph, and a pass replays it
+  ``GRAPH_REPLAYS`` times back to back between two CUDA events (the per-replay mean); the table holds the
+  median over passes (``# timer: CUDA graph replays between CUDA events (GPU time, no host launch cost)``).
+  Timing eagerly launched units between events, as this profiler once did, measures the host's launch gaps
+  instead: ResNet152's operators summed to 19.6 ms at batch 1 where its GPU time is 2.6 ms. A graph-timed table
+  of a token model says ``# length buckets: true``: the replay pads each input up to the next profiled length
+  and runs that length's graph, and the simulator pads the same way (:meth:`LatencyTable.bucket`).
+  Every capture and timing call goes through one object (:func:`graph_ops`: the replay's ``CudaOps``, or on
+  the CPU the stand-in ``CpuGraphs`` with a wall clock), so this path runs in the CPU tests too.
+* The host's launch cost (:func:`profile_launch`, ``dvasim profile --device cuda`` writes it by default, or
+  ``--launch eager,torchscript,cudagraph``): per module kind, stage, batch size (and length), the host wall time
+  from the call until it returns, before synchronising (median over repeats), in the side file
+  ``<table stem>.launch.csv`` with columns ``modules,stage,batch_size,seq_len,launch_ms`` (``seq_len`` empty
+  for image models) after ``# key: value`` provenance lines; :class:`dvasim.sim.host.LaunchTable` reads it.
 
 Stage tables (:func:`profile_stages`) slice the model first (time-even from a per-operator profile at a
 reference batch size, or at given cuts/ratios; see :mod:`dvasim.calibration.slicing`) and then time the
@@ -28,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import math
 import os
 import platform
@@ -301,8 +314,10 @@ def _timed_passes(units, x, device: str, warmup: int, repeats: int) -> np.ndarra
 
 
 def graph_ops(device: str):
-    """CUDA graph capture/replay for ``device``: the replay's :class:`CudaOps` on a GPU, the CPU stand-in
-    (same static-buffer semantics, wall-clock timing) on the CPU."""
+    """CUDA graph capture, replay and timing for ``device``: the replay's :class:`CudaOps` on a GPU (graph
+    replays between CUDA events), the CPU stand-in :class:`~dvasim.replay.graphs.CpuGraphs` (same static-buffer
+    semantics, ``time.perf_counter_ns``) on the CPU. The GPU profile goes through this object only, so the same
+    code runs on the CPU in the tests."""
     if device == "cpu":
         from dvasim.replay.graphs import CpuGraphs
 
@@ -315,15 +330,17 @@ def graph_ops(device: str):
 GRAPH_REPLAYS = 10  # back-to-back replays per timed pass
 
 
-def _graph_passes(units, x, device: str, warmup: int, repeats: int, replays: int = GRAPH_REPLAYS) -> np.ndarray:
+def _graph_passes(units, x, device: str, warmup: int, repeats: int, replays: int = GRAPH_REPLAYS,
+                  ops=None) -> np.ndarray:
     """GPU time of every unit: each captured as a CUDA graph on the carry its predecessors produce, then
-    ``replays`` back-to-back replays timed between two CUDA events, per pass (``warmup + repeats`` passes);
-    returns a ``(repeats, len(units))`` array of per-replay means in ms. Back-to-back replays keep the GPU busy,
-    so the host's launch gaps are not in the figure. On the CPU (stand-in graphs) the clock is the wall clock."""
+    ``replays`` back-to-back replays timed between two CUDA events (``ops.time_replays``), per pass
+    (``warmup + repeats`` passes); returns a ``(repeats, len(units))`` array of per-replay means in ms.
+    Back-to-back replays keep the GPU busy, so the host's launch gaps are not in the figure. On the CPU
+    (stand-in graphs) the clock is the wall clock."""
     torch = _torch()
     from dvasim.replay.graphs import GraphStage
 
-    ops = graph_ops(device)
+    ops = graph_ops(device) if ops is None else ops
     graphs = []
     carry = x
     with torch.inference_mode():
@@ -333,35 +350,20 @@ def _graph_passes(units, x, device: str, warmup: int, repeats: int, replays: int
             graphs.append(next(iter(gs.graphs.values())))
             carry = unit(carry)
     del carry
-    n = len(units)
-    out = np.empty((repeats, n))
-    cuda = device != "cpu"
+    out = np.empty((repeats, len(units)))
     with torch.inference_mode():
         for p in range(warmup + repeats):
             for i, g in enumerate(graphs):
-                if cuda:
-                    stream = torch.cuda.current_stream(torch.device(device))
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    e0.record(stream)
-                    for _ in range(replays):
-                        ops.replay_graph(g)
-                    e1.record(stream)
-                    e1.synchronize()
-                    ms = e0.elapsed_time(e1) / replays
-                else:
-                    t0 = time.perf_counter_ns()
-                    for _ in range(replays):
-                        ops.replay_graph(g)
-                    ms = (time.perf_counter_ns() - t0) / 1e6 / replays
+                ms = ops.time_replays(g, replays)
                 if p >= warmup:
                     out[p - warmup, i] = ms
     return out
 
 
-def _launch_times(fn, x, device: str, warmup: int, repeats: int) -> float:
+def _launch_times(fn, x, ops, warmup: int, repeats: int) -> float:
     """The host's cost of launching ``fn(x)``: wall time until the call returns, before synchronising (median
-    of ``repeats`` after ``warmup``; synchronised between calls so each starts on an idle device). On a CPU
-    the call is the work itself."""
+    of ``repeats`` after ``warmup``; ``ops.synchronize()`` between calls so each starts on an idle device). On
+    a CPU the call is the work itself."""
     torch = _torch()
     ts = []
     with torch.inference_mode():
@@ -369,14 +371,15 @@ def _launch_times(fn, x, device: str, warmup: int, repeats: int) -> float:
             t0 = time.perf_counter_ns()
             fn(x)
             t1 = time.perf_counter_ns()
-            if device != "cpu":
-                torch.cuda.synchronize(torch.device(device))
+            ops.synchronize()
             if k >= warmup:
                 ts.append((t1 - t0) / 1e6)
     return float(np.median(ts))
 
 
 LAUNCH_KINDS = ("eager", "torchscript", "cudagraph")
+LAUNCH_COLUMNS = ("modules", "stage", "batch_size", "seq_len", "launch_ms")
+LAUNCH_TIMER = "host time until the launching call returned, before synchronising (time.perf_counter_ns)"
 
 
 def profile_launch(model, bounds: Sequence[int], batch_sizes: Sequence[int], seq_lens: Sequence[int] | None = None,
@@ -404,7 +407,7 @@ def profile_launch(model, bounds: Sequence[int], batch_sizes: Sequence[int], seq
     mods = {"eager": eager}
     if "torchscript" in kinds:
         mods["torchscript"] = stage_modules(model, bounds, "torchscript")
-    ops = graph_ops(device) if "cudagraph" in kinds else None
+    ops = graph_ops(device)
     rows = []
     t_start = time.perf_counter()
     for bs in bss:
@@ -424,10 +427,12 @@ def profile_launch(model, bounds: Sequence[int], batch_sizes: Sequence[int], seq
                     else:
                         fn = mods[kind][s_]
                     rows.append({"modules": kind, "stage": s_, "batch_size": bs, "seq_len": sl,
-                                 "launch_ms": _launch_times(fn, carry, device, warmup, repeats)})
+                                 "launch_ms": _launch_times(fn, carry, ops, warmup, repeats)})
     df = pd.DataFrame(rows)
     prov = _base_provenance(model, device, torch.get_num_threads(), warmup, repeats, "launch cost")
-    prov["statistic"] = "median over repeats of the host time until the stage call returned, before synchronising"
+    prov["timer"] = LAUNCH_TIMER
+    prov["statistic"] = "median over repeats (one call each, the device synchronised between calls)"
+    prov["cudagraph launch"] = "the copy of the input rows into the graph's static input, then the replay call"
     prov["cuts"] = str(bounds)
     prov["modules"] = ",".join(kinds)
     prov["profiling seconds"] = f"{time.perf_counter() - t_start:.1f}"
@@ -442,15 +447,17 @@ def launch_path(table_path) -> Path:
 
 
 def save_launch(df: pd.DataFrame, path) -> Path:
+    """Write a launch-cost frame as ``modules,stage,batch_size,seq_len,launch_ms`` (``seq_len`` empty for image
+    models) after its provenance as ``# key: value`` lines; returns the path."""
     p = Path(path)
     prov = df.attrs.get("provenance", {})
-    with open(p, "w") as fh:
+    with open(p, "w", encoding="utf-8") as fh:
         for k, v in prov.items():
-            fh.write(f"# {k}: {v}\n")
+            fh.write(f"# {' '.join(str(k).replace(':', ' ').split())}: {' '.join(str(v).split())}\n")
         out = df.copy()
         out["seq_len"] = out["seq_len"].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
                                             else int(v))
-        out[["modules", "stage", "batch_size", "seq_len", "launch_ms"]].to_csv(fh, index=False)
+        out[list(LAUNCH_COLUMNS)].to_csv(fh, index=False, lineterminator="\n")
     return p
 
 
@@ -564,7 +571,8 @@ def profile_ops(
     # call the operator modules directly (as a stage module does), not through run_ops' per-call checks
     units = [mod for _, mod in model.ops]
     use_graphs = device != "cpu" if graphs is None else bool(graphs)
-    passes = _graph_passes if use_graphs else _timed_passes
+    ops = graph_ops(device) if use_graphs else None
+    passes = functools.partial(_graph_passes, ops=ops) if use_graphs else _timed_passes
     rows: list[dict] = []
     t0 = time.perf_counter()
     with _Threads(threads) as used:
@@ -577,7 +585,7 @@ def profile_ops(
                 rows.extend(_stats_rows(times, names, bs, sl, foreign, att))
     df = pd.DataFrame(rows)
     prov = _base_provenance(model, device, used, warmup, repeats, "per-operator")
-    _graph_provenance(prov, use_graphs, device, sls)
+    _graph_provenance(prov, use_graphs, ops, sls)
     prov["machine load"] = _foreign_summary(df)
     prov["operators"] = str(n)
     prov["spread"] = _spread_summary(df)
@@ -672,7 +680,8 @@ def profile_stages(
 
         modules = stage_modules(model, list(bounds), "torchscript")
     names = [f"ops {a}-{b - 1}" for a, b in zip(bounds, ends, strict=True)]
-    passes = _graph_passes if kind == "cudagraph" else _timed_passes
+    ops = graph_ops(device) if kind == "cudagraph" else None
+    passes = functools.partial(_graph_passes, ops=ops) if kind == "cudagraph" else _timed_passes
     rows: list[dict] = []
     with _Threads(threads) as used:
         for bs in bss:
@@ -685,7 +694,7 @@ def profile_stages(
     df = pd.DataFrame(rows)
     prov = _base_provenance(model, device, used, warmup, repeats, "per-stage")
     prov["modules"] = kind
-    _graph_provenance(prov, kind == "cudagraph", device, sls)
+    _graph_provenance(prov, kind == "cudagraph", ops, sls)
     prov["machine load"] = _foreign_summary(df)
     bal = balance(ref_times, bounds) if ref_times is not None else float("nan")
     prov["slicing"] = format_slicing(method, bounds, bal, at)
@@ -704,11 +713,12 @@ def profile_stages(
     return df
 
 
-def _graph_provenance(prov: dict, graphs: bool, device: str, sls) -> None:
+def _graph_provenance(prov: dict, graphs: bool, ops, sls) -> None:
     if graphs:
-        prov["timer"] = (f"CUDA graph replays ({GRAPH_REPLAYS} back to back) between CUDA events: GPU time, no host "
-                         "launch cost" if device != "cpu" else
-                         f"CPU stand-in graph replays ({GRAPH_REPLAYS} back to back), wall clock (no GPU here)")
+        prov["timer"] = ops.timer
+        prov["graph replays"] = (f"{GRAPH_REPLAYS} back to back per pass, each unit captured alone as a graph on the "
+                                 "carry its predecessors produced; the table holds the median over passes of the "
+                                 "per-replay mean")
         if sls is not None:
             prov["length buckets"] = "true"
 
@@ -777,12 +787,14 @@ def _build_parser() -> _Parser:
     p.add_argument("--cuts", default=None, help="slice at these operator indices instead, e.g. 10,25")
     p.add_argument("--ratios", default=None, help="slice by time shares instead, e.g. 0.3,0.7")
     p.add_argument("--per-op", action="store_true", help="write a per-operator table (stage = operator index)")
-    p.add_argument("--modules", default=None, choices=("eager", "torchscript", "cudagraph"),
-                   help="how the stages are timed: eager (default on cpu), torchscript, or cudagraph (default on "
-                        "cuda: GPU time of CUDA graph replays)")
+    p.add_argument("--modules", default=None,
+                   help="on cuda: the module kinds whose host launch cost goes to <out>.launch.csv (comma-separated "
+                        "among eager,torchscript,cudagraph; default all three; the table is always the GPU time of "
+                        "CUDA graph replays); on cpu: how the table's stages run, one of eager (default), "
+                        "torchscript, cudagraph (the CPU stand-in graphs, a bucketed table)")
     p.add_argument("--launch", default=None,
-                   help="also write <out>.launch.csv, the host's launch cost per stage in these module kinds "
-                        "(comma-separated; default on cuda: eager,torchscript,cudagraph; 'none' to skip)")
+                   help="the kinds for <out>.launch.csv, overriding --modules (comma-separated, or 'none'; "
+                        "default on cpu: none)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--batch-sizes", default="1,2,4,8", help="comma-separated, default 1,2,4,8")
     p.add_argument("--seq-lens", default=None, help="comma-separated sequence lengths (token models only)")
@@ -864,26 +876,51 @@ def cli_profile(argv: Sequence[str] | None = None) -> int:
         out = Path(args.out)
         if out.suffix.lower() != ".csv":
             raise _ArgError("--out", f"must be a .csv path; got {args.out!r}")
+        kinds_given = None
+        if args.modules is not None:
+            kinds_given = [k.strip() for k in str(args.modules).split(",") if k.strip()]
+            bad = [k for k in kinds_given if k not in LAUNCH_KINDS]
+            if bad or not kinds_given:
+                raise _ArgError("--modules", f"must be among {', '.join(LAUNCH_KINDS)} (comma-separated); "
+                                             f"got {args.modules!r}")
+        launch_kinds: list[str] = []
+        if args.launch is not None:
+            launch_kinds = [k.strip() for k in str(args.launch).split(",") if k.strip() and k.strip() != "none"]
+            bad = [k for k in launch_kinds if k not in LAUNCH_KINDS]
+            if bad:
+                raise _ArgError("--launch", f"must be 'none' or among {', '.join(LAUNCH_KINDS)} (comma-separated); "
+                                            f"got {args.launch!r}")
         device = _check_device(args.device)
+        if device == "cpu":
+            if kinds_given is not None and len(kinds_given) != 1:
+                raise _ArgError("--modules", f"on cpu give one kind (how the table's stages run); got {args.modules!r}")
+            table_kind = kinds_given[0] if kinds_given else "eager"
+        else:  # a GPU: the table is GPU time (graphs); --modules says whose launch cost to time
+            table_kind = "cudagraph"
+            if args.launch is None:
+                launch_kinds = list(kinds_given or LAUNCH_KINDS)
         model = zoo.build(args.model, variant=args.variant, seed=seed)
         if sls is not None and getattr(model, "input_kind", None) != "tokens":
             raise _ArgError("--seq-lens", f"only token models take sequence lengths; {args.model} takes images")
         cmd = "dvasim profile " + " ".join(argv)
         if args.per_op:
-            df = profile_ops(model, bss, sls, device, warmup, repeats, threads, seed=seed, max_foreign_load=max_load)
+            df = profile_ops(model, bss, sls, device, warmup, repeats, threads, seed=seed, max_foreign_load=max_load,
+                             graphs=table_kind == "cudagraph")
         else:
             df = profile_stages(
                 model, stages, bss, sls, device, warmup, repeats, threads, cuts=cuts, ratios=ratios,
-                slice_batch_size=sbs, seed=seed, max_foreign_load=max_load, modules=args.modules,
+                slice_batch_size=sbs, seed=seed, max_foreign_load=max_load, modules=table_kind,
             )
         df.attrs["provenance"]["command"] = cmd
         table = save_profile(df, out, stats=not args.no_stats)
-        launch = args.launch if args.launch is not None else ("none" if device == "cpu" else ",".join(LAUNCH_KINDS))
-        if launch != "none" and not args.per_op:
-            kinds = [k for k in launch.split(",") if k]
-            ldf = profile_launch(model, df.attrs["bounds"], bss, sls, device, kinds, warmup, repeats, seed=seed)
+        if launch_kinds and not args.per_op:
+            ldf = profile_launch(model, df.attrs["bounds"], bss, sls, device, launch_kinds, warmup, repeats,
+                                 seed=seed)
             ldf.attrs["provenance"]["command"] = cmd
             save_launch(ldf, launch_path(out))
+            wrote_launch = f"; launch costs of {','.join(launch_kinds)} in {launch_path(out)}"
+        else:
+            wrote_launch = ""
     except _ArgError as exc:
         print(f"dvasim profile: error: {exc.field}: {exc.message}", file=sys.stderr)
         return 2
@@ -896,6 +933,7 @@ def cli_profile(argv: Sequence[str] | None = None) -> int:
         f"{len(table.batch_sizes)} batch sizes{'' if table.seq_lens is None else f' x {len(table.seq_lens)} seq_lens'}, "
         f"{prov.get('profiling seconds', '?')} s"
         + (f"; {prov['slicing']}" if "slicing" in prov else "")
+        + wrote_launch
         + ")"
     )
     return 0

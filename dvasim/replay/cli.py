@@ -1,12 +1,17 @@
 """``dvasim replay`` and ``dvasim validate`` (need torch; ``--loadgen`` needs ``mlcommons-loadgen``).
 
     dvasim replay CONFIG.toml --out DIR [--set section.key=value ...] [--device cpu|cuda] [--threads N]
-                  [--loadgen [--target-qps X]]
-    dvasim validate CONFIG.toml --out DIR [--repeats K] [--set ...] [--max-foreign-load CORES]
+                  [--modules auto|cudagraph|torchscript|eager] [--loadgen [--target-qps X]]
+    dvasim validate CONFIG.toml --out DIR [--repeats K] [--set ...] [--device cpu|cuda] [--max-foreign-load CORES]
                     [--table shipped|fresh|serving]
 
-Bad input prints one line, ``dvasim replay: error: <field>: <fix>`` (config errors: ``dvasim: error: ...``), and
-exits with status 2. A failed stage exits with status 1 (the records so far are written); Ctrl-C stops the run,
+``--modules`` sets ``[replay] modules`` (``auto``: CUDA graphs on cuda, TorchScript on cpu). ``validate --device
+cuda`` profiles a GPU-time table of the config's stages as CUDA graphs and their launch costs, replays with graph
+stages and simulates with both (:func:`dvasim.replay.validate.validate`).
+
+Bad input prints one line, ``dvasim replay: error: <field>: <fix>`` (config errors, and ``--device cuda`` on a
+machine without CUDA: ``dvasim: error: device: cuda is not available on this machine; ...``), and exits with
+status 2. A failed stage exits with status 1 (the records so far are written); Ctrl-C stops the run,
 writes the records collected so far and exits with status 130.
 """
 
@@ -58,16 +63,23 @@ def _number(field: str, v, minimum: float, strict: bool = False) -> float:
 
 
 def _check_device(dev: str) -> str:
-    if dev != "cuda":  # the replay takes the whole "cuda" device, not "cuda:N"
+    """``cpu`` or ``cuda`` (the replay takes the whole "cuda" device, not "cuda:N"); ``cuda`` on a machine without
+    CUDA raises the config error :func:`dvasim.replay.engine.prepare` would (``device: cuda is not available on
+    this machine; ...``), before anything runs."""
+    if dev != "cuda":
         if dev != "cpu":
             raise _UsageError("--device", f"must be cpu or cuda, got {dev!r}")
         return dev
-    from dvasim.calibration.profiler import _check_device as check
+    import torch
 
-    try:
-        return check(dev)
-    except DvasimError as e:
-        raise _UsageError("--device", e.message) from None
+    from dvasim.errors import ConfigError
+
+    if not torch.cuda.is_available():
+        raise ConfigError("device", "cuda is not available on this machine; use --device cpu")
+    return dev
+
+
+MODULES = ("auto", "cudagraph", "torchscript", "eager")
 
 
 def cli_replay(argv: list[str]) -> int:
@@ -77,8 +89,16 @@ def cli_replay(argv: list[str]) -> int:
                    help="let MLPerf LoadGen (Server scenario) issue the queries and measure latency")
     p.add_argument("--target-qps", default=None, help="LoadGen's target QPS (default: the workload's rate_qps)")
     p.add_argument("--warmup", default="2", help="untimed warm-up passes per stage before the run (default 2)")
+    p.add_argument("--modules", default=None,
+                   help="how the stages run: auto (CUDA graphs on cuda, TorchScript on cpu), cudagraph (captured per "
+                        "batch size and length bucket at start-up), torchscript or eager; default: the config's "
+                        "[replay] modules")
     try:
         args = p.parse_args(argv)
+        if args.modules is not None:
+            if args.modules not in MODULES:
+                raise _UsageError("--modules", f"must be one of {', '.join(MODULES)}, got {args.modules!r}")
+            args.set = [*(args.set or []), f'replay.modules="{args.modules}"']
         dev = _check_device(args.device)
         threads = _positive_int("--threads", args.threads)
         warmup = _positive_int("--warmup", args.warmup, minimum=0)
@@ -89,6 +109,9 @@ def cli_replay(argv: list[str]) -> int:
                 raise _UsageError("--target-qps", "only with --loadgen")
     except _UsageError as e:
         print(f"dvasim replay: error: {e}", file=sys.stderr)
+        return 2
+    except DvasimError as e:
+        print(f"dvasim: error: {e}", file=sys.stderr)
         return 2
     from dvasim.api import write_outputs
     from dvasim.cli import print_summary
@@ -154,6 +177,9 @@ def cli_validate(argv: list[str]) -> int:
             max_foreign = _number("--max-foreign-load", args.max_foreign_load, 0.0)
     except _UsageError as e:
         print(f"dvasim validate: error: {e}", file=sys.stderr)
+        return 2
+    except DvasimError as e:
+        print(f"dvasim: error: {e}", file=sys.stderr)
         return 2
     from dvasim.replay.engine import ReplayError
     from dvasim.replay.validate import format_fidelity, validate

@@ -135,9 +135,17 @@ class CudaOps:
     def synchronize_event(self, event) -> None:
         event.synchronize()  # the host waits for this event only
 
-    def capture_graph(self, fn: Callable[[list], Any], static_inputs: list) -> dict:
+    # CUDA graphs (dvasim.replay.graphs): capture at start-up, replay inside a launch (on the executor's stream)
+    timer = "CUDA graph replays between CUDA events (GPU time, no host launch cost)"
+
+    def graph_pool(self, name=None):
+        """A private memory pool for the graphs of one executor (graphs sharing it must never run at once)."""
+        return torch.cuda.graph_pool_handle()
+
+    def capture_graph(self, fn: Callable[[list], Any], static_inputs: list, pool=None) -> dict:
         """Capture ``fn(static_inputs)`` as a CUDA graph (after two warm-up runs on a side stream, as CUDA graph
-        capture requires); returns ``{"graph", "inputs", "out", "structure"}`` (see dvasim.replay.graphs)."""
+        capture requires) into memory pool ``pool`` (``None``: a pool of its own); returns ``{"graph", "inputs",
+        "out", "structure"}`` (see dvasim.replay.graphs)."""
         from dvasim.replay.buffers import flatten
 
         side = torch.cuda.Stream(device=self.device)
@@ -147,7 +155,7 @@ class CudaOps:
                 fn(static_inputs)
         torch.cuda.current_stream(self.device).wait_stream(side)
         g = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(g, pool=self._pool()):
+        with torch.inference_mode(), torch.cuda.graph(g, pool=pool):
             out = fn(static_inputs)
         leaves, structure = flatten(out)
         return {"graph": g, "inputs": static_inputs, "out": leaves, "structure": structure}
@@ -155,10 +163,26 @@ class CudaOps:
     def replay_graph(self, graph: dict) -> None:
         graph["graph"].replay()  # on the current (the executor's) stream
 
-    def _pool(self):
-        if getattr(self, "_graph_pool", None) is None:
-            self._graph_pool = torch.cuda.graph_pool_handle()
-        return self._graph_pool
+    def time_replays(self, graph: dict, n: int) -> float:
+        """GPU ms per replay: ``n`` back-to-back replays on the current stream between two CUDA events. A spin
+        kernel (``torch.cuda._sleep``, ~2 ms) holds the stream first while the host enqueues the events and the
+        replays, so they run without gaps even where a replay is shorter than the host's launch of it: no launch
+        gap is in the figure."""
+        stream = torch.cuda.current_stream(self.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        spin = getattr(torch.cuda, "_sleep", None)
+        if spin is not None:
+            spin(4_000_000)  # clock cycles: ~2 ms at 2 GHz
+        start.record(stream)
+        for _ in range(n):
+            graph["graph"].replay()
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) / n
+
+    def synchronize(self) -> None:
+        """The whole device (the profiler between timed calls; the replay never calls it)."""
+        torch.cuda.synchronize(self.device)
 
 
 class _CpuBackend:
@@ -499,9 +523,13 @@ class ReplayEngine:
             try:
                 # every batch size once per pass: oneDNN builds a convolution primitive per input shape,
                 # a few ms the first time, which must not land in the timed run
+                # (graph stages: every captured graph once per pass, each length bucket too; a graph's first
+                # replay uploads it to the device)
+                lengths = self.buckets or [self.buffers.max_len]
                 for _ in range(self.warmup_passes):
                     for rows in range(1, self.warmup_rows + 1):
-                        self.backend.warmup(k, lambda r=rows: self._warm(lane, stage, r))
+                        for L in lengths:
+                            self.backend.warmup(k, lambda r=rows, n=L: self._warm(lane, stage, r, n))
             except Exception as e:  # a stage that cannot even run: fail the first execution it gets
                 warm_error = e
             else:
@@ -543,8 +571,8 @@ class ReplayEngine:
                 if done and self.on_exit is not None:
                     self.on_exit(done)
 
-    def _warm(self, lane: int, stage: int, rows: int) -> None:
-        L = self.buffers.max_len
+    def _warm(self, lane: int, stage: int, rows: int, L: int | None = None) -> None:
+        L = self.buffers.max_len if L is None else L
         self.lane_stages[lane][stage](self.buffers.read(lane, stage, 0, range(rows), L))
 
     def bucket(self, length: int) -> int:
@@ -865,7 +893,7 @@ def replay(config, overrides: list[str] | None = None, *, device: str = "cpu", t
            table=None):
     """Replay one config on real torch execution; returns a :class:`dvasim.api.RunResult` like
     :func:`dvasim.api.run` (``extra["replay"]`` holds the :class:`ReplayResult`)."""
-    setup = prepare(config, overrides, device=device, record_states=record_states, table=table)
+    setup = prepare(config, overrides, device=device, record_states=record_states, table=table, cuda_ops=cuda_ops)
     engine = make_engine(setup, record_outputs=record_outputs, threads=threads, cuda_ops=cuda_ops, warmup=warmup)
     try:
         res = engine.run(setup.workload.arrivals_ms, setup.workload.seq_lens,

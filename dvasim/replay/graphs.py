@@ -8,20 +8,42 @@ the policy can form (``1..max_batch_size``) and, for token models, per length bu
 an execution's input is padded up to its bucket with padding tokens, which BERT's mask ignores), per model
 instance (two executors never share a graph's buffers), at start-up, with a progress bar.
 
-Static buffers and the buffer pairs: a captured graph reads and writes fixed tensors. The mechanism hands an
-execution any rows of its pair's buffers (a stretched batch's newcomers start at a row offset, split sub-batches
-at theirs), so the pairs' rows cannot be the graph's static inputs without a graph per (pair, row offset). Each
-launch therefore makes **one device copy** of its input rows into the graph's static input, replays the graph on
-the executor's stream, and the output is copied into the next buffer's rows exactly as for the other module kinds
-(that copy exists for every kind). The extra copy is the carry at the stage's input boundary, at batch 16: BERT-base
-(length 128, the H100 cuts) 0.02 / 31.5 / 6.3 / 25.2 MB for stages 0-3, ResNet152 9.6 / 25.7 / 16.1 / 16.1 MB:
-at most ~10 us at an H100's 3.35 TB/s against stage GPU times of 0.4-2.5 ms. ``GraphStage.copy_ms`` accumulates
-the host time of these copies (on the CPU stand-in the copy itself; on a GPU the time to enqueue it), and the
-replay reports its mean per launch as ``graph_copy_ms_mean``.
+Static buffers and the buffer pairs
+-----------------------------------
+A captured graph reads and writes fixed tensors. The mechanism hands an execution any rows of its pair's buffers
+(a stretched batch's newcomers start at a row offset, split sub-batches at theirs), and a pair's rows cut to a
+length below the buffer's longest are not contiguous, so the pairs' rows cannot be the graph's static inputs
+without a graph per (pair, row offset). Each launch therefore makes **one device copy** (one ``copy_`` per tensor
+of the carry) of its input rows into the graph's static input, replays the graph on the executor's stream, and
+the static output is copied into the next buffer's rows exactly as for the other module kinds (that copy exists
+for every kind).
 
-All CUDA calls go through :class:`dvasim.replay.engine.CudaOps` (``capture_graph`` / ``replay_graph``). On a machine
-without CUDA, :class:`CpuGraphs` stands in with the same static-buffer semantics (copy in, replay writes the static
-outputs in place, the next replay overwrites them), so the whole path runs and is tested on the CPU.
+* Static inputs: per executor and length bucket one tensor set of ``max_batch_size`` rows; the graph of batch
+  size ``b`` reads its first ``b`` rows (a contiguous view), so the inputs take ``max_batch_size`` rows per bucket,
+  not ``1 + 2 + ... + max_batch_size``.
+* Memory pool: the graphs of one executor share one private pool (:meth:`CudaOps.graph_pool`), captured from the
+  largest shape down, so a smaller graph's intermediates and outputs reuse the larger ones' memory. Graphs that
+  share a pool may overwrite each other's intermediates and outputs, which is safe because one executor replays
+  its graphs one at a time and its output is copied out on the same stream before its next replay; two
+  executors (which do replay concurrently) never share a pool.
+
+The extra copy is the carry at the stage's input boundary. Bytes per copy at batch 16 for the H100 models (the
+four-stage cuts of ``/work/shared/data/gpu-h100``: BERT-base length 128 ops 0/15/31/47, ResNet152 0/39/78/118,
+VGG19 0/12/21/22, UNet 0/10/16/21), stages 0-3: BERT-base 0.016 / 31.5 / 6.3 / 25.2 MB (per row 1,024 /
+1,966,592 / 393,728 / 1,573,376 B), ResNet152 9.6 / 25.7 / 16.1 / 16.1 MB, VGG19 9.6 / 25.7 / 1.6 / 0.26 MB,
+UNet 12.6 / 503 / 503 / 537 MB (its encoder features travel in the carry: 31.5 MB a row). At an H100's
+3.35 TB/s that is at most ~20 us (BERT, ResNet, VGG) against stage GPU times of 0.2-3 ms, but ~0.3 ms for a
+UNet stage at batch 16 (a few percent of its GPU time). Measured on this project's 2-core CPU (AMD EPYC, one
+intra-op thread) a ``copy_`` runs at ~35 GB/s for 0.4-2 MB and ~10 GB/s for 16-32 MB: 12 us for a BERT-base
+stage-2 row, 53 us for a stage-1 row, 1.9 ms for 16 rows of it; the whole copy-in of a small-variant launch
+(the stand-in graphs in the replay tests) costs 0.011-0.023 ms. ``GraphStage.copy_ms`` accumulates the host time
+of these copies (on the CPU stand-in the copy itself; on a GPU the time to enqueue it), and the replay reports its
+mean per launch as ``graph_copy_ms_mean``.
+
+All CUDA calls go through :class:`dvasim.replay.engine.CudaOps` (``graph_pool`` / ``capture_graph`` /
+``replay_graph`` / ``time_replays``). On a machine without CUDA, :class:`CpuGraphs` stands in with the same
+static-buffer semantics (copy in, replay writes the static outputs in place, the next replay overwrites them) and
+a wall clock, so the whole path, the GPU profiler's included, runs and is tested on the CPU.
 """
 
 from __future__ import annotations
@@ -36,11 +58,18 @@ __all__ = ["CpuGraphs", "GraphStage", "capture_stages"]
 
 
 class CpuGraphs:
-    """CPU stand-in for CUDA graph capture and replay (same static-buffer semantics, no CUDA)."""
+    """CPU stand-in for CUDA graph capture, replay and timing (same static-buffer semantics, no CUDA).
+
+    ``capture_graph`` runs the function once and keeps copies of its outputs as the static outputs;
+    ``replay_graph`` runs it again on the static inputs and writes the result into those same tensors."""
 
     name = "cpu-standin"
+    timer = "CPU stand-in graph replays timed with time.perf_counter_ns (wall clock; no GPU)"
 
-    def capture_graph(self, fn, static_inputs: list[torch.Tensor]):
+    def graph_pool(self, name=None):
+        return None
+
+    def capture_graph(self, fn, static_inputs: list[torch.Tensor], pool=None):
         with torch.inference_mode():
             out = fn(static_inputs)
         leaves, structure = flatten(out)
@@ -53,22 +82,36 @@ class CpuGraphs:
             if dst is not None:
                 dst.copy_(src)
 
+    def time_replays(self, graph, n: int) -> float:
+        """ms per replay of ``n`` back-to-back replays."""
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            self.replay_graph(graph)
+        return (time.perf_counter_ns() - t0) / 1e6 / n
+
+    def synchronize(self) -> None:
+        pass
+
 
 class GraphStage:
     """One stage of one model instance as graphs, one per input shape (rows, length); called like a module.
 
     A graph is a dict ``{"inputs": static input tensors, "out": static output leaves, "structure": the output's
-    structure, ...}`` made by ``ops.capture_graph`` and run by ``ops.replay_graph``."""
+    structure, ...}`` made by ``ops.capture_graph`` and run by ``ops.replay_graph``. All graphs of one
+    ``GraphStage`` share one memory pool (``ops.graph_pool(name)``): never replay two of them at once."""
 
-    def __init__(self, eager, ops, stage: int):
+    def __init__(self, eager, ops, stage: int, name=None):
         self.eager = eager
         self.ops = ops
         self.stage = stage
+        self.name = stage if name is None else name
         self.graphs: dict[tuple, dict] = {}
         self.in_structure = None
         self.in_none: list[bool] = []
         self.launches = 0
         self.copy_ms = 0.0  # host time of the input copies into the static buffers, summed over launches
+        self.pool = None
+        self._pool_made = False
 
     def _fn(self, static_inputs):
         it = iter(static_inputs)
@@ -79,11 +122,36 @@ class GraphStage:
     def _key(tensors) -> tuple:
         return tuple(tuple(t.shape) for t in tensors)
 
-    def capture(self, carry) -> None:
+    def _structure(self, carry) -> list:
         leaves, structure = flatten(carry)
-        self.in_structure, self.in_none = structure, [x is None for x in leaves]
-        static = [x.clone() for x in leaves if x is not None]
-        self.graphs[self._key(static)] = self.ops.capture_graph(self._fn, static)
+        none = [x is None for x in leaves]
+        if self.in_structure is None:
+            self.in_structure, self.in_none = structure, none
+        elif structure != self.in_structure or none != self.in_none:
+            raise ValueError("the carry's structure differs from the captured one")
+        if not self._pool_made:
+            make = getattr(self.ops, "graph_pool", None)
+            self.pool = make(self.name) if make is not None else None
+            self._pool_made = True
+        return [x for x in leaves if x is not None]
+
+    def _capture(self, static: list) -> None:
+        self.graphs[self._key(static)] = self.ops.capture_graph(self._fn, static, pool=self.pool)
+
+    def capture(self, carry) -> None:
+        """Capture the graph for ``carry``'s shapes, on a private copy of ``carry`` as its static input."""
+        self._capture([x.clone() for x in self._structure(carry)])
+
+    def capture_rows(self, carry, batch_sizes, on_each=None) -> None:
+        """Capture one graph per batch size ``b`` in ``batch_sizes`` (largest first), all reading the first ``b``
+        rows of one static copy of ``carry`` (whose rows must cover the largest ``b``); ``on_each()`` after each."""
+        base = [x.contiguous().clone() for x in self._structure(carry)]
+        for b in sorted(set(int(b) for b in batch_sizes), reverse=True):
+            if b > min(t.shape[0] for t in base):
+                raise ValueError(f"batch size {b} above the {base[0].shape[0]} rows of the example carry")
+            self._capture([t[:b] for t in base])
+            if on_each is not None:
+                on_each()
 
     def __call__(self, carry):
         leaves, structure = flatten(carry)
@@ -105,10 +173,12 @@ class GraphStage:
 
 def capture_stages(eager_stages, buffers, ops, batch_sizes, lengths, lanes: int = 1, progress: bool = True):
     """Capture every stage of every lane at every (batch size, length): ``result[lane][stage]`` is a
-    :class:`GraphStage`. The example inputs are the buffers' own rows (whatever they hold), so the shapes and
-    dtypes are exactly those the executions will pass."""
-    lengths = list(lengths) or [1]
-    total = lanes * len(eager_stages) * len(batch_sizes) * len(lengths)
+    :class:`GraphStage` (one memory pool each). The example inputs are the buffers' own rows (whatever they
+    hold), so the shapes and dtypes are exactly those the executions will pass. Longest length first, then
+    largest batch first (see the module docstring: the smaller graphs reuse the larger ones' memory)."""
+    lengths = sorted(set(lengths or [1]), reverse=True)
+    sizes = sorted(set(int(b) for b in batch_sizes))
+    total = lanes * len(eager_stages) * len(sizes) * len(lengths)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -119,12 +189,10 @@ def capture_stages(eager_stages, buffers, ops, batch_sizes, lengths, lanes: int 
         for lane in range(lanes):
             row = []
             for s, st in enumerate(eager_stages):
-                g = GraphStage(st, ops, s)
-                for b in batch_sizes:
-                    for L in lengths:
-                        g.capture(buffers.read(lane, s, 0, range(b), L))
-                        if bar is not None:
-                            bar.update(1)
+                g = GraphStage(st, ops, s, name=(lane, s))
+                for L in lengths:
+                    g.capture_rows(buffers.read(lane, s, 0, range(sizes[-1]), L), sizes,
+                                   on_each=None if bar is None else lambda: bar.update(1))
                 row.append(g)
             out.append(row)
     finally:

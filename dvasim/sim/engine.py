@@ -82,16 +82,23 @@ def simulate(
         host_cores = Device(env, "cores", 1.0, host.cores)
         interpreter_lock = Device(env, "cores", 1.0, 1)  # one lock: processor sharing of capacity one
         stall = None
-        if host.stall_prob > 0:
+        if host.stall_prob > 0 or host.stall_cluster_prob:
             import numpy as np
 
             rng_stall = np.random.default_rng([seed, 2])
             stall_levels = np.linspace(0.0, 1.0, len(host.stall_ms))
             stall_q = np.asarray(host.stall_ms, dtype=float)
+            last_stall = [-math.inf]
+            p_burst = host.stall_prob if host.stall_cluster_prob is None else host.stall_cluster_prob
 
             def stall() -> float:  # one draw pair per launch, in launch order (deterministic per seed)
                 u, v = rng_stall.random(2)
-                return float(np.interp(v, stall_levels, stall_q)) if u < host.stall_prob else 0.0
+                in_burst = env.now - last_stall[0] < host.stall_window_ms
+                if u >= (p_burst if in_burst else host.stall_prob):
+                    return 0.0
+                if not in_burst:  # a stall outside a burst starts one (stalls inside it do not prolong it)
+                    last_stall[0] = env.now
+                return float(np.interp(v, stall_levels, stall_q))
     jitter = None
     if service_cv > 0:
         import numpy as np

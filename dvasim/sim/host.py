@@ -17,7 +17,8 @@ predicts a capacity four times too high. This module models the host side:
   capacity one): the copies and ``python_ms`` of every launch, and for ``modules = "eager"`` the launch itself
   (an eager stage returns to the interpreter between operators). TorchScript and CUDA-graph launches run their
   kernels' launching in C++ without the lock;
-* a launch stalls with probability ``stall_prob`` for an extra host time drawn from the quantiles ``stall_ms``
+* a launch stalls with probability ``stall_prob`` (``stall_cluster_prob`` within ``stall_window_ms`` after another
+  stall began: a disturbed host stalls in bursts) for an extra host time drawn from the quantiles ``stall_ms``
   (measured: 1-3 % of the H100 replays' launches took 3-25 ms longer than any batch size explains; rare, but
   they are what makes a replay's p99 three times its median at low load);
 * the GPU time (the model's table, or ``gpu_table`` when the policy's table is not GPU-true, e.g. a table timed
@@ -61,6 +62,8 @@ HOST_KEYS = {
                  "model; the policy still decides with [model]'s table",
     "stall_prob": "probability that a launch stalls (the host thread descheduled, a re-specialising TorchScript call)",
     "stall_ms": "quantiles (evenly spaced levels 0..1) of a stall's extra host time, ms",
+    "stall_cluster_prob": "probability that a launch stalls within stall_window_ms after another stall began (bursts)",
+    "stall_window_ms": "how long after a stall the host stays disturbed (ms)",
 }
 
 
@@ -164,6 +167,8 @@ class HostModel:
     table: LaunchTable | None = None
     stall_prob: float = 0.0
     stall_ms: list[float] = field(default_factory=list)
+    stall_cluster_prob: float | None = None  # within stall_window_ms after a stall began; None: stall_prob
+    stall_window_ms: float = 50.0
     gpu_table: Any = None  # a LatencyTable of GPU time, or None: the model's table is the GPU time
 
     def gpu(self, ex) -> tuple[float, float]:
@@ -193,8 +198,10 @@ class HostModel:
     def describe(self) -> dict[str, Any]:
         out = {"modules": self.modules, "cores": self.cores, "launch_scale": self.launch_scale,
                "copy_ms": self.copy_ms, "copy_per_row_ms": self.copy_per_row_ms, "python_ms": self.python_ms}
-        if self.stall_prob > 0:
+        if self.stall_prob > 0 or self.stall_cluster_prob:
             out.update(stall_prob=self.stall_prob, stall_ms=self.stall_ms)
+            if self.stall_cluster_prob is not None:
+                out.update(stall_cluster_prob=self.stall_cluster_prob, stall_window_ms=self.stall_window_ms)
         if self.gpu_table is not None:
             out["gpu_table"] = getattr(self.gpu_table, "path", self.gpu_table.name)
         if self.table is not None:
@@ -243,6 +250,14 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
             or any(b < a for a, b in zip(stall, stall[1:])):
         raise ConfigError("engine.host.stall_ms", "must be a list of >= 2 non-decreasing quantiles >= 0 (ms) when "
                                                   "stall_prob > 0, e.g. [3.0, 5.5, 20.0]")
+    scp = d.get("stall_cluster_prob")
+    if scp is not None and (isinstance(scp, bool) or not isinstance(scp, (int, float)) or not 0 <= scp <= 1):
+        raise ConfigError("engine.host.stall_cluster_prob", f"must be a probability in [0, 1], got {scp!r}")
+    sw = d.get("stall_window_ms", 50.0)
+    if isinstance(sw, bool) or not isinstance(sw, (int, float)) or not math.isfinite(sw) or sw < 0:
+        raise ConfigError("engine.host.stall_window_ms", f"must be a number >= 0 (ms), got {sw!r}")
+    if scp and len(stall) < 2:
+        raise ConfigError("engine.host.stall_ms", "give the stalls' quantiles (>= 2) with stall_cluster_prob")
     gpu_table = None
     if "gpu_table" in d:
         from dvasim.calibration.table import LatencyTable
@@ -272,4 +287,5 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
         launch_scale=float(scale), copy_ms=_per_stage(d, "copy_ms", n_stages),
         copy_per_row_ms=_per_stage(d, "copy_per_row_ms", n_stages), python_ms=float(py), table=table,
         stall_prob=float(sp), stall_ms=[float(x) for x in stall], gpu_table=gpu_table,
+        stall_cluster_prob=None if scp is None else float(scp), stall_window_ms=float(sw),
     )
