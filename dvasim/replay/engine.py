@@ -31,6 +31,13 @@ Devices
   is when the control plane may hand the buffers on. All ``torch.cuda`` calls go through one small object,
   :class:`CudaOps`, so tests can substitute a recording stand-in; the real object is used unchanged wherever
   ``torch.cuda.is_available()``.
+* Stage modules (``[replay] modules``): ``"cudagraph"`` (the default on CUDA through ``"auto"``), every stage of
+  every lane captured by :func:`prepare` as CUDA graphs, one per batch size the policy can form and length bucket
+  (the table's lengths: an execution of length ``L`` runs at the smallest bucket ``>= L``, :meth:`ReplayEngine.bucket`,
+  which is :meth:`LatencyTable.bucket` for a bucketed table), one memory pool per executor; a launch copies its
+  input rows into the graph's static input and replays the graph inside the executor's stream, between its waits
+  and its event record (:mod:`dvasim.replay.graphs`; on the CPU a stand-in with the same semantics). Otherwise
+  ``"torchscript"`` (the default on the CPU) or ``"eager"`` (:mod:`dvasim.replay.compiled`).
 
 Timing and the launch overhead
 ------------------------------

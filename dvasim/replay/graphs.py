@@ -34,9 +34,11 @@ VGG19 0/12/21/22, UNet 0/10/16/21), stages 0-3: BERT-base 0.016 / 31.5 / 6.3 / 2
 UNet 12.6 / 503 / 503 / 537 MB (its encoder features travel in the carry: 31.5 MB a row). At an H100's
 3.35 TB/s that is at most ~20 us (BERT, ResNet, VGG) against stage GPU times of 0.2-3 ms, but ~0.3 ms for a
 UNet stage at batch 16 (a few percent of its GPU time). Measured on this project's 2-core CPU (AMD EPYC, one
-intra-op thread) a ``copy_`` runs at ~35 GB/s for 0.4-2 MB and ~10 GB/s for 16-32 MB: 12 us for a BERT-base
-stage-2 row, 53 us for a stage-1 row, 1.9 ms for 16 rows of it; the whole copy-in of a small-variant launch
-(the stand-in graphs in the replay tests) costs 0.011-0.023 ms. ``GraphStage.copy_ms`` accumulates the host time
+intra-op thread; the copy-in of :meth:`GraphStage.__call__` around an identity graph, median of 50-300 launches):
+the small variants the CPU replay runs 0.001-0.004 ms per launch at batch 1 and 0.01-0.034 ms at batch 16; the
+full models (CPU memory, ~35 GB/s up to 2 MB and ~11 GB/s beyond) BERT-base 0.002 / 0.058 / 0.014 / 0.045 ms at
+batch 1 and 0.003 / 2.7 / 0.49 / 2.8 ms at batch 16 (stages 0-3), ResNet152 0.02-0.05 ms at batch 1 and
+0.5-2.1 ms at batch 16. ``GraphStage.copy_ms`` accumulates the host time
 of these copies (on the CPU stand-in the copy itself; on a GPU the time to enqueue it), and the replay reports its
 mean per launch as ``graph_copy_ms_mean``.
 

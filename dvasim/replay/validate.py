@@ -18,6 +18,14 @@ is recorded (``foreign_cores``) and ``max_foreign`` makes each replay wait for, 
 
 The simulator's own model of the CPU comes from the config's ``[engine]`` section (``sharing``,
 ``corun_slowdown``, ``launch_overhead_ms``), see ``experiments/validation/README.md``.
+
+On a GPU (``device = "cuda"``) the config's own model is kept (e.g. ``device = "h100"``, the full variant), and
+before each replay :func:`gpu_stage_table` profiles its stages as CUDA graphs: ``DIR/stage_table_<k>.csv`` holds
+their GPU time (graph replays between CUDA events) for every batch size the policy can form and every length
+bucket up to the one the workload's longest input needs (a bucketed table), and ``stage_table_<k>.launch.csv``
+the host's cost of launching each stage in the replay's module kind. The replay runs the stages as CUDA graphs
+(``[replay] modules = "auto"`` resolves to ``"cudagraph"``) and decides with that table; the simulation takes it
+as its table and the launch costs as its host model (``[engine.host] launch_table``).
 """
 
 from __future__ import annotations
@@ -100,6 +108,12 @@ def gpu_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3, d
 
     resolved = resolve_model(cfg["model"])
     bss, sls = _profile_grid(resolved.table, cfg)
+    if sls is not None:  # the length buckets up to the one the workload's longest input needs
+        from dvasim.workload import workload_from_config
+
+        lens = workload_from_config(cfg["workload"], needs_seq_len=True, base_dir=cfg.get("base_dir")).seq_lens
+        top = int(max(lens)) if len(lens) else sls[-1]
+        sls = [L for L in sls if L <= min([x for x in sls if x >= top] or [sls[-1]])]
     df = profile_stages(resolved.name, cuts=list(resolved.bounds[1:]), batch_sizes=bss, seq_lens=sls,
                         repeats=repeats, warmup=warmup, threads=1, variant=resolved.variant, device=device,
                         modules="cudagraph")
