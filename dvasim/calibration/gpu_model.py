@@ -192,8 +192,19 @@ class ModelParams:
     # l2_speedup x the DRAM rate; 0 = no reuse (every byte from DRAM)
     l2_reuse_mb: float = 0.0
     l2_speedup: float = 1.0
+    # a GEMM kernel's fixed latency on top of its waves (filling the tile pipeline, the epilogue)
+    gemm_latency_us: float = 0.0
+    # fusion="torch" kernel classes: strided convolutions (downsampling) at their own efficiency; pointwise (1x1,
+    # stride 1) convolutions run as plain GEMMs (cuBLAS-like: GEMM efficiency, split-K, the GEMM floor)
+    strided_eff: float | None = None
+    pointwise_as_gemm: bool = False
+    split_k: bool = True  # GEMMs may split long reductions (see _gemm_compute_us)
 
     def eff_for(self, names: tuple[str, ...]) -> float:
+        if "strided" in names and self.strided_eff:
+            return self.strided_eff
+        if "pointwise" in names and self.pointwise_as_gemm:
+            return self.compute_eff
         if "conv_transpose" in names:
             return self.tconv_eff or self.conv_eff or self.compute_eff
         if "convolution" in names:
@@ -464,9 +475,15 @@ class _OpRecorder:
                 K = flops / (2.0 * M * cout)
             else:
                 K = (x.shape[1] // groups) * int(np.prod(w.shape[2:]))
+            names = ["conv_transpose" if transposed else name]
+            if self.fusion == "torch" and not transposed:  # cuDNN's kernel classes (see ModelParams.eff_for)
+                if any(int(v) > 1 for v in args[3]):
+                    names.append("strided")
+                elif all(int(v) == 1 for v in w.shape[2:]):
+                    names.append("pointwise")
             return Kernel(
                 "gemm",
-                ["conv_transpose" if transposed else name],
+                names,
                 B=B,
                 M=M,
                 N=N,
@@ -551,6 +568,7 @@ class KernelTemplate:
     bytes_fixed: float
     bytes_per_sample: float
     int_bytes_per_sample: float
+    min_bs: int = 1  # the kernel runs only from this batch size on (fusion="torch": copies batch 1 does not need)
 
     def dims(self, bs: int) -> tuple[int, int, int, float]:
         B = self.B1 * bs if self.batch_dim == "B" else self.B1
@@ -566,33 +584,40 @@ class KernelTemplate:
         return (self.bytes_fixed + self.bytes_per_sample * bs) * scale + self.int_bytes_per_sample * bs
 
 
-def _template(k1: Kernel, k2: Kernel, k3: Kernel) -> KernelTemplate:
+def _template(k1: Kernel, k2: Kernel, k3: Kernel, at: tuple[int, int, int] = (1, 2, 3)) -> KernelTemplate:
+    """The linear template of one kernel traced at the three batch sizes ``at`` (consecutive integers)."""
+    a, b, c = at
     if k1.kind != k2.kind or k1.names != k2.names:
         raise RuntimeError(f"kernel structure changes with the batch size: {k1.names} vs {k2.names}")
     if k1.kind == "gemm":
-        if k2.B == 2 * k1.B and k2.M == k1.M:
-            dim = "B"
-        elif k2.M == 2 * k1.M and k2.B == k1.B:
-            dim = "M"
+        if k2.B * a == b * k1.B and k2.M == k1.M:
+            dim, B1, M1 = "B", k1.B // a, k1.M
+        elif k2.M * a == b * k1.M and k2.B == k1.B:
+            dim, B1, M1 = "M", k1.B, k1.M // a
         elif k2.M == k1.M and k2.B == k1.B:
-            dim = ""
+            dim, B1, M1 = "", k1.B, k1.M
         else:
             raise RuntimeError(f"cannot scale GEMM {k1.names}: {k1} vs {k2}")
         if (k1.N, k1.K) != (k2.N, k2.K):
             raise RuntimeError(f"GEMM N/K change with the batch size: {k1.names}")
     else:
-        dim = ""
-    per = k2.bytes_fp32 - k1.bytes_fp32
-    fixed = k1.bytes_fp32 - per
+        dim, B1, M1 = "", k1.B, k1.M
+    per = (k2.bytes_fp32 - k1.bytes_fp32) / (b - a)
+    fixed = k1.bytes_fp32 - per * a
     t = KernelTemplate(
-        k1.kind, tuple(k1.names), k1.B, k1.M, k1.N, k1.K, dim, fixed, per, k2.bytes_int - k1.bytes_int
+        k1.kind, tuple(k1.names), B1, M1, k1.N, k1.K, dim, fixed, per, (k2.bytes_int - k1.bytes_int) / (b - a)
     )
-    # the linear form must also predict batch size 3 exactly
-    if abs(t.bytes(3) - (k3.bytes_fp32 + k3.bytes_int)) > 1e-6 * max(1.0, k3.bytes_fp32) or (
-        k1.kind == "gemm" and t.dims(3) != (k3.B, k3.M, k3.N, k3.K)
+    # the linear form must also predict the third batch size exactly
+    if abs(t.bytes(c) - (k3.bytes_fp32 + k3.bytes_int)) > 1e-6 * max(1.0, k3.bytes_fp32) or (
+        k1.kind == "gemm" and t.dims(c) != (k3.B, k3.M, k3.N, k3.K)
     ):
         raise RuntimeError(f"kernel {k1.names} is not linear in the batch size")
     return t
+
+
+def _matches(t: KernelTemplate, k: Kernel, bs: int) -> bool:
+    return t.names == tuple(k.names) and abs(t.bytes(bs) - (k.bytes_fp32 + k.bytes_int)) <= 1e-6 * max(
+        1.0, k.bytes_fp32) and (t.kind != "gemm" or t.dims(bs) == (k.B, k.M, k.N, k.K))
 
 
 @lru_cache(maxsize=256)
@@ -603,7 +628,10 @@ def op_templates(
     variant: str = "full",
     image_size: int | None = None,
 ) -> tuple[tuple[KernelTemplate, ...], ...]:
-    """Kernel templates of every operator of zoo model ``name`` (cached). Traced at batch 1, 2 and 3."""
+    """Kernel templates of every operator of zoo model ``name`` (cached). Traced at batch 1, 2 and 3.
+
+    With ``fusion="torch"`` traced at batch 2, 3 and 4, and at batch 1 for the copies torch skips there (a
+    reshape of a batch-1 tensor is often a view): a template absent from the batch-1 trace has ``min_bs = 2``."""
     from dvasim.calibration import zoo
 
     kwargs = {"image_size": image_size} if image_size else {}
@@ -612,12 +640,24 @@ def op_templates(
         raise ValueError(f"{name} needs seq_len")
     if model.input_kind != "tokens":
         seq_len = None
-    traces = [trace_kernels(model, bs, seq_len, fusion) for bs in (1, 2, 3)]
+    at = (2, 3, 4) if fusion == "torch" else (1, 2, 3)
+    traces = [trace_kernels(model, bs, seq_len, fusion) for bs in at]
+    ones = trace_kernels(model, 1, seq_len, fusion) if fusion == "torch" else None
     ops = []
-    for o1, o2, o3 in zip(*traces, strict=True):
+    for i, (o1, o2, o3) in enumerate(zip(*traces, strict=True)):
         if not (len(o1) == len(o2) == len(o3)):
             raise RuntimeError(f"{name}: kernel count changes with the batch size")
-        ops.append(tuple(_template(a, b, c) for a, b, c in zip(o1, o2, o3, strict=True)))
+        ts = [_template(a, b, c, at) for a, b, c in zip(o1, o2, o3, strict=True)]
+        if ones is not None:  # match the batch-1 kernels, in order, to the templates
+            rest = list(ones[i])
+            for j, t in enumerate(ts):
+                if rest and _matches(t, rest[0], 1):
+                    rest.pop(0)
+                else:
+                    ts[j] = replace(t, min_bs=2)
+            if rest:
+                raise RuntimeError(f"{name}: batch-1 kernels {[k.names for k in rest]} have no template")
+        ops.append(tuple(ts))
     return tuple(ops)
 
 
@@ -635,7 +675,8 @@ def kernel_time_us(kt: KernelTemplate, bs: int, gpu: GPUSpec, params: ModelParam
     if kt.kind == "gemm":
         B, M, N, K = kt.dims(bs)
         eff = params.eff_for(kt.names)
-        conv = "convolution" in kt.names or "conv_transpose" in kt.names
+        conv = ("convolution" in kt.names or "conv_transpose" in kt.names) and not (
+            params.pointwise_as_gemm and "pointwise" in kt.names)
         if params.k_half > 0:
             eff *= K / (K + params.k_half)
         if params.conv_n_half > 0 and conv:
@@ -644,6 +685,7 @@ def kernel_time_us(kt: KernelTemplate, bs: int, gpu: GPUSpec, params: ModelParam
         t_comp = _gemm_compute_us(B, M, N, K, gpu, p, precision, 0.0 if conv else params.gemm_k_floor_ns)
         if params.conv_k_floor_ns > 0 and conv:
             t_comp = max(t_comp, K * params.conv_k_floor_ns / 1e3)
+        t_comp += params.gemm_latency_us
     if params.additive_t0:
         return params.kernel_overhead_us + max(t_comp, t_mem)
     return max(params.kernel_overhead_us, t_comp, t_mem)
@@ -655,7 +697,7 @@ def _gemm_compute_us(
     """Wave-quantised GEMM time; split-K (the reduction cut into ``sk`` parts, partial sums added by an
     extra pass over ``sk * M * N`` values) is used when it is faster and every part keeps a reduction
     length of at least ``max(M, N, 256)`` (split-K only pays off for long, thin reductions). With
-    ``k_floor_ns`` a wave takes at least that long per element of its (split) reduction."""
+    ``k_floor_ns`` the GEMM takes at least that long per element of its (split) reduction (one block's loop)."""
     b = params.block
     bn = N if params.narrow_tiles and N < b else b
     slots = gpu.sms * params.blocks_per_sm
@@ -663,10 +705,10 @@ def _gemm_compute_us(
     bw = gpu.dram_gbs * 1e9 * params.mem_eff
     best = math.inf
     sk = 1
-    while sk == 1 or K / sk >= max(M, N, 256):
+    while sk == 1 or (params.split_k and K / sk >= max(M, N, 256)):
         blocks = B * math.ceil(M / b) * math.ceil(N / bn) * sk
         waves = math.ceil(blocks / slots)
-        t = waves * max(2.0 * b * bn * K / sk / per_slot, K / sk * k_floor_ns * 1e-9)
+        t = max(waves * 2.0 * b * bn * K / sk / per_slot, K / sk * k_floor_ns * 1e-9)
         if sk > 1:
             t += 2.0 * sk * B * M * N * BYTES_PER_ELEMENT[precision] / bw
         best = min(best, t)
@@ -700,7 +742,7 @@ def op_latencies_ms(
     out = np.zeros((len(ops), len(bss)))
     for i, kernels in enumerate(ops):
         for j, bs in enumerate(bss):
-            out[i, j] = sum(kernel_time_us(k, bs, g, p, prec) for k in kernels) / 1e3
+            out[i, j] = sum(kernel_time_us(k, bs, g, p, prec) for k in kernels if bs >= k.min_bs) / 1e3
     return out
 
 
