@@ -101,8 +101,36 @@ def test_faster_devices_are_faster():
 
 
 H100_MEASURED = GPU / "h100" / "measured"
-H100_BOUNDS = {"bert_base": [0, 15, 31, 47], "resnet152": [0, 39, 78, 118], "vgg19": [0, 12, 21, 22],
-               "unet": [0, 10, 16, 21]}
+H100_OP_BS = (1, 2, 4, 8, 16, 32)
+H100_FIT_BS = (1, 8, 32)
+
+
+def _h100_bounds() -> dict[str, list[int]]:
+    b = pd.read_csv(H100_MEASURED / "stage_bounds.csv").sort_values(["model", "stage"])
+    return {m: g.first_op.tolist() for m, g in b.groupby("model", sort=False)}
+
+
+def test_h100_measured_files_and_stage_bounds():
+    """The measurement copies are complete, and stage_bounds.csv holds the cuts the stage measurements used: the
+    earlier (v1.0) modelled times recorded beside every measurement (analytic_ms) add up over these operator
+    ranges to the recorded stage times."""
+    op = pd.read_csv(H100_MEASURED / "op_gpu_times.csv")
+    st = pd.read_csv(H100_MEASURED / "stage_times.csv")
+    bounds = _h100_bounds()
+    assert set(bounds) == set(op.model) == set(st.model) == {"bert_base", "resnet152", "vgg19", "unet"}
+    assert len(op) == 1992 and len(st) == 504
+    assert (op.graph_ms > 0).all() and (st.graph_ms > 0).all()
+    for model, b in bounds.items():
+        n_ops = len(table("h100", model)[0]["op_names"].split())
+        assert op[op.model == model].op.max() + 1 == n_ops and b[0] == 0 and b == sorted(b)
+        ends = [*b[1:], n_ops]
+        s = st[st.model == model]
+        for r in s[s.batch_size.isin(H100_OP_BS) & (s.seq_len.isna() | s.seq_len.isin([32, 128]))].itertuples():
+            o = op[(op.model == model) & (op.batch_size == r.batch_size)]
+            if model == "bert_base":
+                o = o[o.seq_len == r.seq_len]
+            total = o[(o.op >= b[r.stage]) & (o.op < ends[r.stage])].analytic_ms.sum()
+            assert total == pytest.approx(r.analytic_ms, abs=2e-4), (model, r.stage, r.batch_size)
 
 
 def _h100_stage_errors() -> pd.DataFrame:
@@ -110,49 +138,76 @@ def _h100_stage_errors() -> pd.DataFrame:
     (computed from the shipped files only, not from the model code)."""
     st = pd.read_csv(H100_MEASURED / "stage_times.csv")
     rows = []
-    for model, bounds in H100_BOUNDS.items():
+    for model, bounds in _h100_bounds().items():
         _, df = table("h100", model)
         ends = [*bounds[1:], int(df.stage.max()) + 1]
         for r in st[st.model == model].itertuples():
             sel = (df.batch_size == r.batch_size) & (df.stage >= bounds[r.stage]) & (df.stage < ends[r.stage])
             if "seq_len" in df.columns:
                 sel &= df.seq_len == int(r.seq_len)
-            rows.append((model, df.loc[sel, "latency_ms"].sum() / r.graph_ms - 1))
-    return pd.DataFrame(rows, columns=["model", "err"])
+            fitted = r.batch_size in H100_FIT_BS and (model != "bert_base" or int(r.seq_len) in (32, 128))
+            rows.append((model, fitted, df.loc[sel, "latency_ms"].sum() / r.graph_ms - 1))
+    return pd.DataFrame(rows, columns=["model", "fitted", "err"])
+
+
+def _h100_op_errors() -> pd.DataFrame:
+    op = pd.read_csv(H100_MEASURED / "op_gpu_times.csv")
+    rows = []
+    for model in op.model.unique():
+        _, df = table("h100", model)
+        keys = ["stage", "batch_size"] + (["seq_len"] if "seq_len" in df.columns else [])
+        o = op[op.model == model].rename(columns={"op": "stage"})
+        m = o.merge(df, on=keys, how="left", validate="one_to_one")
+        assert m.latency_ms.notna().all()
+        rows.append(pd.DataFrame({"model": model, "fitted": m.batch_size.isin(H100_FIT_BS),
+                                  "err": m.latency_ms / m.graph_ms - 1}))
+    return pd.concat(rows, ignore_index=True)
 
 
 def test_h100_tables_match_measured_gpu_time():
-    """Issue 9: within 15% median / 30% worst per model. Measured here: bert_base 6.4/34.4, resnet152 12.4/28.7,
-    unet 15.9/34.1, vgg19 9.8/22.8 (traces/gpu/README.md says why BERT's and UNet's worst points miss). The
-    bounds below are those numbers with a little room: a regression of the tables fails them."""
-    err = _h100_stage_errors().assign(a=lambda d: d.err.abs()).groupby("model").a
-    med, worst = err.median(), err.max()
-    for model, (m_lim, w_lim) in {"bert_base": (0.15, 0.36), "resnet152": (0.15, 0.30), "unet": (0.17, 0.36),
-                                  "vgg19": (0.15, 0.30)}.items():
-        assert med[model] <= m_lim and worst[model] <= w_lim, (model, med[model], worst[model])
-    # the old unfitted tables were 1.5-4x too fast: the recalibrated ones are unbiased (median error near 0)
-    assert abs(_h100_stage_errors().err.median()) < 0.1
+    """Issue 9: the shipped h100 tables, summed into the measured four stages, within 15% median and 30% worst
+    |error| of the measured GPU time per model, over all 504 stage points and over the held-out ones alone
+    (batch sizes other than 1, 8, 32 and BERT lengths 64, 256). Measured here (all points): bert_base 2.7 / 27.1,
+    resnet152 3.2 / 12.3, unet 5.1 / 22.5, vgg19 5.9 / 19.2 (traces/gpu/README.md). Per operator the medians are
+    within 15% too (5-10%); the worst operators are not (up to 69%: cuDNN/cuBLAS kernel choices, README)."""
+    st = _h100_stage_errors().assign(a=lambda d: d.err.abs())
+    assert len(st) == 504
+    for sub in (st, st[~st.fitted]):
+        med, worst = sub.groupby("model").a.median(), sub.groupby("model").a.max()
+        for model in ("bert_base", "resnet152", "unet", "vgg19"):
+            assert med[model] <= 0.15 and worst[model] <= 0.30, (model, med[model], worst[model])
+    # unbiased: the old unfitted tables were 1.5-4x too fast
+    assert abs(st.err.median()) < 0.05
+    op = _h100_op_errors().assign(a=lambda d: d.err.abs())
+    assert len(op) == 1992
+    for sub in (op, op[~op.fitted]):
+        assert (sub.groupby("model").a.median() <= 0.15).all()
 
 
+def test_h100_validation_record_matches_tables():
+    """traces/gpu/h100/measured/validation.csv (written by build_gpu_tables) says what the shipped tables say."""
+    v = pd.read_csv(H100_MEASURED / "validation.csv")
+    stv = v[v.kind == "stage"].sort_values(["model", "seq_len", "index", "batch_size"])
+    st = _h100_stage_errors()
+    assert len(stv) == len(st) == 504
+    for model in ("bert_base", "resnet152", "unet", "vgg19"):
+        a = st[st.model == model].err.abs()
+        b = stv[stv.model == model].rel_error.abs()
+        assert a.median() == pytest.approx(b.median(), abs=2e-3) and a.max() == pytest.approx(b.max(), abs=2e-3)
+        assert st[st.model == model].fitted.sum() == stv[stv.model == model].fit.sum()
+
+
+@pytest.mark.torch
 def test_h100_fit_is_reproducible():
-    from dvasim.calibration import build_gpu_tables as b
-    from dvasim.calibration import gpu_model as gm
-
-    shipped = b.h100_loss(gm.PARAMS["h100"])
-    # the shipped parameters are a minimum of the fit's loss: moving any of them by 10% makes it worse
-    for k in b.H100_FIT_KEYS:
-        for f in (0.9, 1.1):
-            assert b.h100_loss(gm.with_params(gm.PARAMS["h100"], **{k: getattr(gm.PARAMS["h100"], k) * f})) >= \
-                shipped - 1e-4, k
-
-
-@pytest.mark.slow
-def test_h100_refit_gives_the_shipped_parameters():
+    """Refitting on the measured operators (about 15 s) gives the shipped parameters (rounded to 4 digits)."""
+    pytest.importorskip("scipy")
     from dvasim.calibration import build_gpu_tables as b
     from dvasim.calibration import gpu_model as gm
 
     p = b.fit_h100()
-    assert b.h100_loss(p) == pytest.approx(b.h100_loss(gm.PARAMS["h100"]), rel=0.02)
+    for k in b.H100_FIT_KEYS:
+        assert getattr(p, k) == pytest.approx(getattr(gm.PARAMS["h100"], k), rel=2e-3), k
+    assert b.h100_loss(p) == pytest.approx(b.h100_loss(gm.PARAMS["h100"]), rel=1e-3)
 
 
 @pytest.mark.parametrize("model", ["bert_base", "bert_large"])
@@ -360,16 +415,71 @@ def test_kernel_time_by_hand(gm):
 
 
 @pytest.mark.torch
+def test_kernel_time_by_hand_h100_torch(gm):
+    """The v1.2 terms (H100 fit, torch kernels): t = t0 + max(t_compute, t_memory), t_compute = latency + K loop +
+    waves; convolutions at e_conv * N / (N + n_half); a one-row GEMM is a memory-bound matrix-vector product."""
+    g, p = gm.GPUS["h100"], gm.PARAMS["h100"]
+    assert p.fusion == "torch" and p.additive_t0 and not p.split_k
+    slots = g.sms * p.blocks_per_sm
+    bw = g.dram_gbs * 1e9 * p.mem_eff
+    # [512, 768] x [768, 3072] (BERT's FFN1 at batch 4, length 128): 16 x 96 = 1536 blocks, 4 waves
+    kt = gm.KernelTemplate("gemm", ("addmm",), 1, 128, 3072, 768.0, "M", 4.0 * 768 * 3072, 4.0 * 128 * 3840, 0.0)
+    per_slot = g.peak_flops("tf32") * p.compute_eff / slots
+    t_comp = p.gemm_latency_us + 4 * 2 * 32 * 32 * 768 / per_slot * 1e6 + 768 * p.gemm_k_latency_ns / 1e3
+    t_mem = kt.bytes(4) / bw * 1e6
+    assert t_comp > t_mem
+    assert gm.kernel_time_us(kt, 4, g, p, "tf32") == pytest.approx(p.kernel_overhead_us + t_comp, rel=1e-12)
+    # batch 1 of a classifier (M = 1): gemv, memory-bound
+    kt1 = gm.KernelTemplate("gemm", ("addmm",), 1, 1, 1000, 2048.0, "M", 4.0 * 2048 * 1000, 4.0 * 3048, 0.0)
+    assert gm.kernel_time_us(kt1, 1, g, p, "tf32") == pytest.approx(p.kernel_overhead_us + kt1.bytes(1) / bw * 1e6)
+    # a 3x3 convolution, 64 -> 128 channels, 56x56 output: e_conv * 128 / (128 + n_half), 98 x 4 blocks: 1 wave
+    kc = gm.KernelTemplate("gemm", ("convolution",), 1, 3136, 128, 576.0, "M", 4.0 * 576 * 128, 4.0 * 3136 * 192, 0.0)
+    per_slot = g.peak_flops("tf32") * p.conv_eff * 128 / (128 + p.conv_n_half) / slots
+    t_comp = p.gemm_latency_us + 2 * 32 * 32 * 576 / per_slot * 1e6 + 576 * p.conv_k_latency_ns / 1e3
+    assert gm.kernel_time_us(kc, 1, g, p, "tf32") == pytest.approx(p.kernel_overhead_us + t_comp, rel=1e-12)
+    # the Titan RTX / A100 sets keep the v1.0 form (the new terms are inert there)
+    for d in ("titanrtx", "a100"):
+        q = gm.PARAMS[d]
+        assert (q.fusion, q.additive_t0, q.split_k, q.gemv, q.narrow_tiles) == ("tensorrt", False, True, False, False)
+        assert q.gemm_latency_us == q.gemm_k_latency_ns == q.conv_k_latency_ns == q.conv_n_half == 0
+
+
+@pytest.mark.torch
+def test_torch_kernel_inventory(gm):
+    """fusion="torch" records the kernels torch launches: every element-wise op, a convolution's bias as its own
+    kernel, copies for strided reshapes (not at batch 1, where the reshape is a view) and cat, pooling indices."""
+    bert = gm.op_templates("bert_base", 128, "torch")
+    attn = [k.names[0] for k in bert[2]]
+    assert attn == ["clone", "clone", "bmm", "div", "add", "_softmax", "clone", "bmm", "clone"]
+    assert [k.min_bs for k in bert[2] if k.names[0] == "clone"] == [2, 2, 2, 1]
+    assert [k.names[0] for k in bert[4]] == ["addmm", "gelu"]
+    unet = gm.op_templates("unet", None, "torch")
+    assert [k.names for k in unet[24]] == [("cat",), ("convolution",), ("conv_bias",), ("relu",)]  # dec1.conv1
+    pool = unet[2][0]  # pool1: reads 64x256x256, writes 64x128x128 values and their int64 indices
+    assert pool.bytes_per_sample == 4 * 64 * (256 * 256 + 128 * 128) and pool.int_bytes_per_sample == 8 * 64 * 128**2
+    r = gm.op_templates("resnet152", None, "torch")
+    assert [k.names for k in r[2]] == [("convolution",), ("native_batch_norm",)]  # s1.b0.down: stride 1
+    assert [k.names for k in r[12]] == [("convolution", "strided"), ("native_batch_norm",)]  # s2.b0.down
+    assert [k.names for k in r[5]] == [("convolution",), ("native_batch_norm",), ("add",), ("relu",)]
+
+
+@pytest.mark.torch
 def test_shipped_tables_are_reproducible(gm):
     _, df = table("titanrtx", "resnet152")
     lat = gm.op_latencies_ms("resnet152", [1, 17, 64], gpu="titanrtx")
     for j, bs in enumerate((1, 17, 64)):
         shipped = df[df.batch_size == bs].sort_values("stage").latency_ms.to_numpy()
         assert np.allclose(shipped, lat[:, j], atol=1e-5)
-    _, df = table("a100", "bert_base")
-    lat = gm.op_latencies_ms("bert_base", [8], seq_len=384, gpu="a100")
-    shipped = df[(df.batch_size == 8) & (df.seq_len == 384)].sort_values("stage").latency_ms.to_numpy()
-    assert np.allclose(shipped, lat[:, 0], atol=1e-5)
+    for device in ("a100", "h100"):
+        _, df = table(device, "bert_base")
+        for bs, L in ((1, 32), (8, 384)):
+            lat = gm.op_latencies_ms("bert_base", [bs], seq_len=L, gpu=device)
+            shipped = df[(df.batch_size == bs) & (df.seq_len == L)].sort_values("stage").latency_ms.to_numpy()
+            assert np.allclose(shipped, lat[:, 0], atol=1e-5)
+    _, df = table("h100", "unet")
+    lat = gm.op_latencies_ms("unet", [1, 17, 64], gpu="h100")
+    for j, bs in enumerate((1, 17, 64)):
+        assert np.allclose(df[df.batch_size == bs].sort_values("stage").latency_ms.to_numpy(), lat[:, j], atol=1e-5)
 
 
 @pytest.mark.torch

@@ -219,84 +219,106 @@ def validation_report() -> pd.DataFrame:
 
 # --------------------------------------------------------------------------------------------- tables
 # ----------------------------------------------------------------------------- H100: measured GPU time
-# The four-stage cuts the H100 measurements used (time-even on the earlier modelled h100 table; recorded here
-# because re-slicing on the recalibrated table gives other cuts).
-H100_BOUNDS = {"bert_base": [0, 15, 31, 47], "resnet152": [0, 39, 78, 118], "vgg19": [0, 12, 21, 22],
-               "unet": [0, 10, 16, 21]}
-H100_OP_BS = (1, 2, 4, 8, 16, 32)
-H100_FIT_BS = (1, 8, 32)
-H100_FIT_KEYS = ("compute_eff", "conv_eff", "tconv_eff", "mem_eff", "kernel_overhead_us", "mem_latency_us", "k_half",
-                 "conv_k_floor_ns")
+# traces/gpu/h100/measured/: GPU time of the zoo's operators and of four stages of them, measured on an H100 with
+# torch's kernels captured as CUDA graphs (README.md there). stage_bounds.csv holds the four-stage cuts the stage
+# measurements used (time-even on the earlier, unfitted h100 table; re-slicing the recalibrated table cuts
+# elsewhere, so they are recorded rather than recomputed).
+H100_OP_BS = (1, 2, 4, 8, 16, 32)  # batch sizes of op_gpu_times.csv
+H100_FIT_BS = (1, 8, 32)  # fitted; 2, 4, 16 (and every stage-only batch size) are held out
+H100_FIT_LENS = (32, 128)  # BERT lengths of the operator measurements; the stage lengths 64 and 256 are held out
+H100_OP_WEIGHT = 0.3  # weight of the operators' squared log errors beside the stage sums'
+#: the fitted parameters (ModelParams fields) and where the fit starts (round numbers, not the result)
+H100_FIT_START = {"compute_eff": 0.5, "conv_eff": 0.5, "tconv_eff": 0.5, "strided_eff": 0.5, "conv_n_half": 100.0,
+                  "mem_eff": 0.8, "kernel_overhead_us": 2.0, "gemm_latency_us": 2.0, "gemm_k_latency_ns": 2.0,
+                  "conv_k_latency_ns": 5.0}
+H100_FIT_KEYS = tuple(H100_FIT_START)
+#: upper bounds (efficiencies are fractions of the peak); lower bounds are 0
+H100_FIT_MAX = {"compute_eff": 1.0, "conv_eff": 1.0, "tconv_eff": 1.0, "strided_eff": 1.0, "mem_eff": 1.0}
 
 
 def h100_measured(name: str) -> pd.DataFrame:
-    """``op_gpu_times.csv`` or ``stage_times.csv`` from ``traces/gpu/h100/measured/``."""
+    """A file of ``traces/gpu/h100/measured/`` (``op_gpu_times.csv``, ``stage_times.csv``, ``stage_bounds.csv``)."""
     return pd.read_csv(_root() / "gpu" / "h100" / "measured" / name)
 
 
+def h100_bounds() -> dict[str, list[int]]:
+    """First operator of each measured stage, per model (``stage_bounds.csv``)."""
+    b = h100_measured("stage_bounds.csv").sort_values(["model", "stage"])
+    return {m: g.first_op.tolist() for m, g in b.groupby("model", sort=False)}
+
+
+def _stage_sums(a: np.ndarray, bounds: list[int]) -> np.ndarray:
+    return np.array([a[lo:hi].sum(0) for lo, hi in zip(bounds, [*bounds[1:], a.shape[0]], strict=True)])
+
+
 def _h100_op_cases() -> list[tuple[str, int | None, np.ndarray]]:
+    """(model, BERT length or None, measured ms [n_ops, len(H100_OP_BS)]) for every operator measurement."""
     m = h100_measured("op_gpu_times.csv")
     out = []
-    for name in H100_BOUNDS:
-        for L in ((32, 128) if name == "bert_base" else (None,)):
+    for name in h100_bounds():
+        for L in (H100_FIT_LENS if name.startswith("bert") else (None,)):
             sub = m[(m.model == name) & ((m.seq_len == L) if L else m.seq_len.isna())].sort_values(["op", "batch_size"])
             out.append((name, L, sub.graph_ms.to_numpy().reshape(-1, len(H100_OP_BS))))
     return out
 
 
-def h100_loss(params: gm.ModelParams, cases=None, bs=H100_FIT_BS) -> float:
-    """Mean squared log error of the stage sums of operator times at batch sizes ``bs``, plus 0.3 x that of the
-    operators themselves (the stages are what the simulator uses; the operators keep the shape honest)."""
+def h100_residuals(params: gm.ModelParams, cases=None, bs=H100_FIT_BS) -> np.ndarray:
+    """Log errors of the modelled operators at batch sizes ``bs``: their sums over the measured stages, each
+    divided by the root of their count, then the operators themselves, times the root of H100_OP_WEIGHT / count.
+    Their squares sum to ``h100_loss``."""
     cols = [H100_OP_BS.index(b) for b in bs]
+    bounds = h100_bounds()
     stages, ops = [], []
     for name, L, meas in cases or _h100_op_cases():
         a = gm.op_latencies_ms(name, H100_OP_BS, seq_len=L, gpu="h100", params=params)
-        b = H100_BOUNDS[name]
-        for lo, hi in zip(b, [*b[1:], a.shape[0]]):
-            stages.append(np.log(a[lo:hi].sum(0) / meas[lo:hi].sum(0))[cols])
+        stages.append(np.log(_stage_sums(a, bounds[name]) / _stage_sums(meas, bounds[name]))[:, cols].ravel())
         ops.append(np.log(a / meas)[:, cols].ravel())
-    return float(np.mean(np.concatenate(stages) ** 2) + 0.3 * np.mean(np.concatenate(ops) ** 2))
+    s, o = np.concatenate(stages), np.concatenate(ops)
+    return np.concatenate([s / np.sqrt(len(s)), o * np.sqrt(H100_OP_WEIGHT / len(o))])
 
 
-def fit_h100(maxfev: int = 2000) -> gm.ModelParams:
-    """Fit the H100 parameters (torch kernels, no fusion) to the measured operator times at batch 1, 8, 32
-    (Nelder-Mead in log space from the Titan RTX values; ~30 s). Batch 2, 4, 16 and every stage measurement at
-    other batch sizes are hold-outs."""
-    from scipy.optimize import minimize
+def h100_loss(params: gm.ModelParams, cases=None, bs=H100_FIT_BS) -> float:
+    """Mean squared log error of the stage sums of the operators at batch sizes ``bs``, plus H100_OP_WEIGHT x that
+    of the operators (the stages are what the simulator uses; the operators keep the shape honest)."""
+    return float(np.sum(h100_residuals(params, cases, bs) ** 2))
 
-    cases = _h100_op_cases()
-    base = gm.with_params(gm.PARAMS["titanrtx"], fusion="none", note="fit: H100 measured")
-    x0 = np.log([0.62, 0.62, 0.2, 0.8, 5.0, 2.0, 400.0, 10.0])
+
+def fit_h100(cases=None, bs=H100_FIT_BS) -> gm.ModelParams:
+    """Fit H100_FIT_KEYS of the h100 model (torch kernels) to the measured operators at batch sizes ``bs``:
+    least squares in the logarithms of the parameters from H100_FIT_START (a few seconds, plus ~5 s tracing the
+    models once). The other fields (fusion, the kernel-selection switches) are those of ``PARAMS["h100"]``."""
+    from scipy.optimize import least_squares
+
+    cases = cases or _h100_op_cases()
+    base = gm.PARAMS["h100"]
 
     def make(x):
-        return gm.with_params(base, **dict(zip(H100_FIT_KEYS, np.exp(x).tolist())))
+        return gm.with_params(base, **dict(zip(H100_FIT_KEYS, np.exp(x).tolist(), strict=True)))
 
-    def f(x):
-        v = np.exp(x)
-        if v[0] > 1.2 or v[1] > 1.2 or v[3] > 1.0:
-            return 10.0
-        return h100_loss(make(x), cases)
-
-    r = minimize(f, x0, method="Nelder-Mead", options={"maxfev": maxfev, "xatol": 1e-3, "fatol": 1e-6})
+    hi = np.log([H100_FIT_MAX.get(k, np.inf) for k in H100_FIT_KEYS])
+    r = least_squares(lambda x: h100_residuals(make(x), cases, bs), np.log(list(H100_FIT_START.values())),
+                      bounds=(-np.inf, hi), diff_step=1e-3, ftol=1e-12, xtol=1e-10, gtol=1e-12)
     return make(r.x)
 
 
 def validate_h100(params: gm.ModelParams | None = None) -> pd.DataFrame:
     """Every measured stage (stage_times.csv) and operator (op_gpu_times.csv) against the model: one row each,
-    ``kind`` stage/op, ``fit`` whether its batch size was fitted on."""
+    ``kind`` stage/op, ``fit`` whether the point was fitted on (its batch size in H100_FIT_BS and, for BERT
+    stages, its length in H100_FIT_LENS)."""
     p = params or gm.PARAMS["h100"]
     rows = []
     st = h100_measured("stage_times.csv")
-    for name, b in H100_BOUNDS.items():
+    for name, b in h100_bounds().items():
         s = st[st.model == name]
-        for L in (sorted(s.seq_len.dropna().unique()) if name == "bert_base" else [None]):
-            bss = sorted(s.batch_size.unique())
-            a = gm.op_latencies_ms(name, bss, seq_len=int(L) if L else None, gpu="h100", params=p)
-            for k, (lo, hi) in enumerate(zip(b, [*b[1:], a.shape[0]])):
-                pred = a[lo:hi].sum(0)
+        for L in (sorted(s.seq_len.dropna().unique()) if name.startswith("bert") else [None]):
+            sl = s[(s.seq_len == L) if L else s.seq_len.isna()]
+            bss = sorted(sl.batch_size.unique())
+            pred = _stage_sums(gm.op_latencies_ms(name, bss, seq_len=int(L) if L else None, gpu="h100", params=p), b)
+            meas = sl.pivot(index="stage", columns="batch_size", values="graph_ms").loc[:, bss].to_numpy()
+            for k in range(len(b)):
                 for j, bs in enumerate(bss):
-                    r = s[(s.stage == k) & (s.batch_size == bs) & ((s.seq_len == L) if L else True)]
-                    rows.append(("stage", name, L, k, bs, float(pred[j]), float(r.graph_ms.iloc[0]), bs in H100_FIT_BS))
+                    fit = bs in H100_FIT_BS and (L is None or int(L) in H100_FIT_LENS)
+                    rows.append(("stage", name, L, k, bs, float(pred[k, j]), float(meas[k, j]), fit))
     for name, L, meas in _h100_op_cases():
         a = gm.op_latencies_ms(name, H100_OP_BS, seq_len=L, gpu="h100", params=p)
         for i in range(a.shape[0]):
@@ -304,14 +326,34 @@ def validate_h100(params: gm.ModelParams | None = None) -> pd.DataFrame:
                 rows.append(("op", name, L, i, bs, float(a[i, j]), float(meas[i, j]), bs in H100_FIT_BS))
     df = pd.DataFrame(rows, columns=["kind", "model", "seq_len", "index", "batch_size", "predicted_ms", "measured_ms",
                                      "fit"])
-    df["rel_error"] = df.predicted_ms / df.measured_ms - 1
+    df["predicted_ms"] = df.predicted_ms.round(5)
+    df["rel_error"] = (df.predicted_ms / df.measured_ms - 1).round(4)
     return df
 
 
 def h100_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Median and worst |relative error| per kind, model and fitted / held-out."""
-    g = df.assign(abs_err=df.rel_error.abs()).groupby(["kind", "model", "fit"]).abs_err
+    """Median and worst |relative error| per kind, model and fitted / held-out / all."""
+    d = df.assign(abs_err=df.rel_error.abs(), set=np.where(df.fit, "fitted", "held-out"))
+    d = pd.concat([d, d.assign(set="all")])
+    g = d.groupby(["kind", "model", "set"]).abs_err
     return pd.DataFrame({"median": g.median(), "worst": g.max(), "n": g.size()}).reset_index()
+
+
+def h100_validation_line(df: pd.DataFrame) -> str:
+    """The ``# validation:`` header of the h100 tables."""
+    s = h100_summary(df).set_index(["kind", "model", "set"])
+
+    def mw(kind, model, which):
+        r = s.loc[(kind, model, which)]
+        return f"{r['median']:.1%} / {r['worst']:.1%}"
+
+    models = sorted(df.model.unique())
+    return ("median / worst |error| of the measured GPU time (traces/gpu/h100/measured/validation.csv has every "
+            "point): the 4 stages (stage_times.csv, batch 1-16, 24, 32; BERT lengths 32-256) " + ", ".join(
+                f"{m} {mw('stage', m, 'all')} (held out {mw('stage', m, 'held-out')})" for m in models)
+            + "; the operators (op_gpu_times.csv, batch 1-32) " + ", ".join(
+                f"{m} {mw('op', m, 'all')}" for m in models)
+            + f"; fitted on batch {', '.join(map(str, H100_FIT_BS))} only")
 
 
 def _header(device: str, model: str, extra: dict[str, str]) -> list[str]:
@@ -323,8 +365,9 @@ def _header(device: str, model: str, extra: dict[str, str]) -> list[str]:
     lines = {
         "source": f"analytic model dvasim.calibration.gpu_model v{gm.MODEL_VERSION} (modelled, not measured)",
         "device": f"{g.name} (modelled)",
-        "shares": "e_c, t0, e_mem, blocks_per_sm with the Titan RTX tables (e_c fitted on E2bird Table 1 ResNet-50, "
-                  "Titan RTX); TensorRT-style fusion; no parameter of the H100 torch fit",
+        "shares": "all its parameters with the Titan RTX tables: e_c fitted on E2bird Table 1 ResNet-50 (Titan RTX), "
+        "blocks_per_sm on DVABatch Figure 5 (Titan RTX), t0 and e_mem assumed; nothing fitted on A100 data; no "
+        "parameter of the H100 fit (that one models torch's kernels measured on an H100, these TensorRT's)",
         "model": model,
         "variant": "full",
         "precision": prec,
@@ -341,17 +384,25 @@ def _header(device: str, model: str, extra: dict[str, str]) -> list[str]:
     }
     if device == "h100":
         lines["source"] = (f"analytic model dvasim.calibration.gpu_model v{gm.MODEL_VERSION} with parameters fitted "
-                           "to GPU time measured on this device (traces/gpu/h100/measured/: torch 2.11.0+cu130 "
-                           "kernels captured as CUDA graphs, TF32, 2026-11-22); the table itself is modelled")
+                           "to GPU time measured on this device: traces/gpu/h100/measured/op_gpu_times.csv, a copy of "
+                           "the project's ../shared/data/gpu-h100/op_gpu_times.csv (NVIDIA H100 80GB HBM3, torch "
+                           "2.11.0+cu130 kernels captured as CUDA graphs, TF32, 2026-11-22); the table itself is "
+                           "modelled (batch 33-64, bert_large and linknet are extrapolations of the fit)")
         lines["device"] = f"{g.name} (modelled, calibrated on measured GPU time)"
-        lines["shares"] = "nothing with the other devices' tables: its own fit (torch kernels, no fusion)"
-        lines["params"] = (f"e_gemm={p.compute_eff} e_conv={p.conv_eff} e_tconv={p.tconv_eff} e_mem={p.mem_eff} "
-                           f"t0_us={p.kernel_overhead_us} mem_latency_us={p.mem_latency_us} k_half={p.k_half} "
-                           f"conv_k_floor_ns={p.conv_k_floor_ns} blocks_per_sm={p.blocks_per_sm} block={p.block} "
-                           f"fusion={p.fusion} ({p.note})")
+        lines["shares"] = ("no fitted parameter with the other devices' tables (its own fit, on torch's kernels; "
+                           "blocks_per_sm and block as everywhere)")
+        fitted = " ".join(f"{k}={getattr(p, k):g}" for k in H100_FIT_KEYS)
+        lines["params"] = (f"fitted (least squares on the log errors of the operators at batch "
+                           f"{', '.join(map(str, H100_FIT_BS))} and of their 4-stage sums, build_gpu_tables.fit_h100): "
+                           f"{fitted}; set: additive_t0={p.additive_t0} split_k={p.split_k} "
+                           f"narrow_tiles={p.narrow_tiles} gemv={p.gemv} blocks_per_sm={p.blocks_per_sm} "
+                           f"block={p.block} fusion={p.fusion}")
         lines["validation"] = H100_VALIDATION
     elif device == "titanrtx":
-        lines.pop("shares")
+        lines["shares"] = ("its own calibration, shared with the A100 tables: e_c fitted on E2bird Table 1 ResNet-50 "
+                           "(Titan RTX, the same e_c as the E2bird check), blocks_per_sm on DVABatch Figure 5, t0 and "
+                           "e_mem assumed; no parameter of the H100 fit (that one models torch's kernels, these "
+                           "TensorRT's)")
     lines.update(extra)
     return [f"# {k}: {v}" for k, v in lines.items()]
 
@@ -449,18 +500,13 @@ def main(argv: list[str] | None = None) -> None:
     global H100_VALIDATION
     if args.fit:
         p = fit_h100()
-        print("h100 (measured torch GPU times, bs 1, 8, 32): "
-              + " ".join(f"{k}={getattr(p, k):.4g}" for k in H100_FIT_KEYS))
+        print(f"h100 (measured torch GPU times, operators at batch {H100_FIT_BS}): loss={h100_loss(p):.5f} "
+              + " ".join(f"{k}={getattr(p, k):.4g}" for k in H100_FIT_KEYS)
+              + f" (shipped: loss={h100_loss(gm.PARAMS['h100']):.5f})")
     hv = validate_h100()
     hv.to_csv(root / "gpu" / "h100" / "measured" / "validation.csv", index=False)
-    hs = h100_summary(hv)
-    print(hs.to_string(index=False))
-    stv = hv[hv.kind == "stage"].assign(a=lambda d: d.rel_error.abs()).groupby("model").a
-    st = pd.DataFrame({"med": stv.median(), "wst": stv.max()})
-    H100_VALIDATION = ("against the measured GPU time of the 4 stages (traces/gpu/h100/measured/stage_times.csv, "
-                       "batch 1-16, 24, 32): median / worst |error| " + ", ".join(
-                           f"{m} {r.med:.1%} / {r.wst:.1%}" for m, r in st.iterrows()) + " (per model, over fitted "
-                       "and held-out batch sizes; every point in validation.csv)")
+    print(h100_summary(hv).to_string(index=False))
+    H100_VALIDATION = h100_validation_line(hv)
     if not args.no_tables:
         for device in [d for d in args.devices.split(",") if d]:
             for model in TABLE_MODELS:

@@ -4,7 +4,7 @@ Nothing here runs on a GPU. For every operator of a :mod:`dvasim.calibration.zoo
 on the ``meta`` device, record the ATen calls it makes, group them into GPU *kernels* the way an inference
 engine would run them, and time each kernel with a roofline that has wave quantisation over the SMs.
 
-Kernels (``fusion="tensorrt"``, used for the shipped tables)
+Kernels (``fusion="tensorrt"``, used for the Titan RTX and A100 tables)
     * GEMM kernels: ``mm``/``addmm``/``bmm`` and ``convolution`` (implicit GEMM; transposed convolutions as
       the equivalent GEMM with ``K = flops / (2 M N)``). ``M`` = output rows (batch x output pixels or
       tokens), ``N`` = output channels/features, ``K`` = reduction length, ``B`` = independent GEMMs (heads).
@@ -15,12 +15,18 @@ Kernels (``fusion="tensorrt"``, used for the shipped tables)
       elimination), as are views, transposes and copies for layout (``clone``).
     ``fusion="none"`` makes every element-wise op its own memory kernel (TensorFlow 1.x / Caffe without graph
     fusion; used only to validate against the E2bird and Nexus measurements, which were taken that way).
+    ``fusion="torch"`` (the H100 tables: torch's eager kernels, captured as CUDA graphs) also has every
+    element-wise op its own kernel, plus the kernels torch launches where TensorRT would not: a convolution's
+    bias added after cuDNN's kernel, copies (``clone`` where a reshape of a strided view is not a view, ``cat``,
+    dtype casts; traced at batch 2-4 and at batch 1, where some reshapes are views), fills (``arange``) and the
+    int64 indices max pooling writes. 1x1 convolutions with a stride are marked ``strided`` (their own class).
 
 Time of one kernel (microseconds)::
 
-    t = t0 + max(t_compute, t_memory)
+    t = max(t0, t_compute, t_memory)          (additive_t0: t = t0 + max(t_compute, t_memory))
     t_memory  = bytes / (BW * e_mem)
     t_compute = waves * (2 * b * b * K) / (P * e_c / slots)            (GEMM kernels; 0 for memory kernels)
+              [+ gemm_latency + K * k_latency]                          (model v1.2 terms, zero by default)
     blocks = B * ceil(M / b) * ceil(N / b),  slots = SMs * s,  waves = ceil(blocks / slots)
 
 ``P`` is the device's peak FLOP/s for the precision, ``BW`` its DRAM bandwidth, ``b = 32`` the output block
@@ -30,10 +36,13 @@ wave. This produces the *preferred batch sizes* of DVABatch's Figure 5. An opera
 kernels' times (kernels of one operator run back to back on one stream).
 
 Free parameters (:class:`ModelParams`): ``e_c`` (achieved fraction of peak in a full wave), ``e_mem``
-(achieved fraction of DRAM bandwidth), ``t0`` (per-kernel launch/ramp/drain time) and ``s``. How they were
-set, and the errors against published measurements, are in ``traces/gpu/README.md``.
+(achieved fraction of DRAM bandwidth), ``t0`` (per-kernel launch/ramp/drain time) and ``s``; the H100 fit adds
+per-class efficiencies (convolutions with a ramp in the output channels, transposed and strided convolutions),
+GEMM latencies and kernel-selection switches (no split-K, narrow blocks, matrix-vector products for one row).
+How they were set, and the errors against published and measured times, are in ``traces/gpu/README.md``.
 
-Activations are assumed to go to DRAM (no L2 reuse across kernels); GEMMs do not use split-K.
+Activations are assumed to go to DRAM (no L2 reuse across kernels). GEMMs may split long, thin reductions
+(split-K) unless ``split_k`` is off.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from functools import lru_cache
 
 import numpy as np
 
-MODEL_VERSION = "1.1"  # 1.1: per-class GEMM efficiencies, memory latency, K ramp and conv floor (H100 fit)
+MODEL_VERSION = "1.2"  # 1.2: torch kernels (fusion="torch"), per-class efficiencies and latencies (H100 fit)
 
 __all__ = [
     "MODEL_VERSION",
@@ -163,48 +172,33 @@ class ModelParams:
     kernel_overhead_us: float = 4.0  # t0: per-kernel launch + ramp + drain
     blocks_per_sm: int = 3  # s: 32x32 output blocks an SM needs in flight to be saturated
     block: int = 32  # b: output block edge
-    fusion: str = "tensorrt"  # "tensorrt" (epilogue fusion) or "none" (one kernel per ATen op)
+    fusion: str = "tensorrt"  # "tensorrt" (epilogue fusion), "none" (one kernel per ATen op) or "torch" (module doc)
     note: str = ""
-    # per-class compute efficiency (None: compute_eff): cuDNN convolutions and transposed convolutions reach a
-    # different fraction of peak than cuBLAS GEMMs in torch's kernels (fitted on the H100 measurements)
+    # Model v1.1/v1.2 terms, all inert at their defaults (the Titan RTX and A100 sets do not use them); fitted on
+    # the H100 measurements of torch's kernels (traces/gpu/README.md, "H100"):
+    # per-class compute efficiency (None: compute_eff, which is then cuBLAS's GEMMs): cuDNN convolutions,
+    # transposed convolutions, and 1x1 convolutions with a stride (ResNet's downsampling shortcuts)
     conv_eff: float | None = None
     tconv_eff: float | None = None
-    # a fixed latency added to every kernel's DRAM time (small transfers do not reach the streaming bandwidth):
-    # t_memory = mem_latency_us + bytes / (BW * e_mem); 0 keeps the pure bandwidth term
-    mem_latency_us: float = 0.0
-    # GEMM efficiency ramps with the reduction length: e(K) = e * K / (K + k_half) (a short reduction cannot
-    # hide the loads of its tiles: VGG's first convolutions, K = 27 and 576); 0 keeps e constant
-    k_half: float = 0.0
-    # a convolution cannot finish faster than its reduction loop: at least conv_k_floor_ns per element of K
-    # (cuDNN's implicit-GEMM convolutions at batch 1 with long reductions; cuBLAS GEMMs split K instead); 0 = none
-    conv_k_floor_ns: float = 0.0
-    # --- model v1.2 terms (torch kernels; all inert at their defaults) ---
-    # the same floor for cuBLAS GEMMs, per element of the (split) reduction each block runs
-    gemm_k_floor_ns: float = 0.0
-    # convolution efficiency ramps with the output channels N: e * N / (N + conv_n_half) (cuDNN's tiles are wide)
-    conv_n_half: float = 0.0
-    # t0 added to every kernel (back-to-back kernels in a CUDA graph each pay launch, ramp and drain) instead of
-    # being a floor: t = t0 + max(t_compute, t_memory)
-    additive_t0: bool = False
-    # narrow GEMMs (N < b) run with blocks only N wide (1x1 convolutions to a few channels)
-    narrow_tiles: bool = False
-    # L2 reuse: activation bytes up to l2_reuse_mb per kernel (written by the kernel before) are served from L2 at
-    # l2_speedup x the DRAM rate; 0 = no reuse (every byte from DRAM)
-    l2_reuse_mb: float = 0.0
-    l2_speedup: float = 1.0
-    # a GEMM kernel's fixed latency on top of its waves (filling the tile pipeline, the epilogue)
-    gemm_latency_us: float = 0.0
-    # fusion="torch" kernel classes: strided convolutions (downsampling) at their own efficiency; pointwise (1x1,
-    # stride 1) convolutions run as plain GEMMs (cuBLAS-like: GEMM efficiency, split-K, the GEMM floor)
     strided_eff: float | None = None
-    pointwise_as_gemm: bool = False
-    split_k: bool = True  # GEMMs may split long reductions (see _gemm_compute_us)
+    # convolution efficiency ramps with the output channels N: e * N / (N + conv_n_half) (a narrow output fills
+    # only part of cuDNN's wide tiles); 0 keeps e constant
+    conv_n_half: float = 0.0
+    # latencies of a GEMM kernel on top of its waves (latency + work): a fixed one (filling the tile pipeline,
+    # the epilogue) and one per element of the reduction one block runs (its K loop: load, wait, multiply)
+    gemm_latency_us: float = 0.0
+    gemm_k_latency_ns: float = 0.0  # cuBLAS GEMMs (mm, addmm, bmm)
+    conv_k_latency_ns: float = 0.0  # cuDNN convolutions (implicit GEMM: the im2col addressing of every step)
+    # t0 added to every kernel (back-to-back kernels of a CUDA graph each pay launch, ramp and drain) instead of
+    # being a floor: t = t0 + max(t_compute, t_memory) rather than max(t0, t_compute, t_memory)
+    additive_t0: bool = False
+    split_k: bool = True  # GEMMs may split long, thin reductions (see _gemm_compute_us)
+    narrow_tiles: bool = False  # a GEMM narrower than a block (N < b) runs blocks only N wide
+    gemv: bool = False  # a GEMM with one row (mm/addmm with M = 1) is a matrix-vector product: memory-bound
 
     def eff_for(self, names: tuple[str, ...]) -> float:
         if "strided" in names and self.strided_eff:
             return self.strided_eff
-        if "pointwise" in names and self.pointwise_as_gemm:
-            return self.compute_eff
         if "conv_transpose" in names:
             return self.tconv_eff or self.conv_eff or self.compute_eff
         if "convolution" in names:
@@ -236,13 +230,14 @@ PARAMS: dict[str, ModelParams] = {
     # A100 (what-if): the shipped Titan RTX parameters, unchanged (nothing fitted to A100 data).
     "a100": ModelParams(compute_eff=0.62, kernel_overhead_us=5.0, note="Titan RTX parameters, not fitted"),
     # H100: fitted to GPU time measured on an NVIDIA H100 80GB HBM3 (torch 2.11 kernels captured as CUDA graphs,
-    # TF32; traces/gpu/h100/measured/) by build_gpu_tables.fit_h100: per-operator times summed over the four
-    # stages at batch 1, 8 and 32, plus the operators themselves. Torch runs one kernel per ATen op (no
-    # TensorRT-style fusion), so these are the tables of a torch serving stack, not of TensorRT.
+    # TF32; traces/gpu/h100/measured/) by build_gpu_tables.fit_h100 on the operators at batch 1, 8 and 32 (their
+    # sums over the four measured stages, plus the operators themselves). Torch's kernels (fusion="torch"), so
+    # these are the tables of a torch serving stack, not of TensorRT. blocks_per_sm and block as everywhere.
     "h100": ModelParams(
-        compute_eff=0.955, conv_eff=0.567, tconv_eff=0.234, mem_eff=0.824, kernel_overhead_us=3.58,
-        mem_latency_us=3.44, k_half=846.0, conv_k_floor_ns=8.39, fusion="none",
-        note="fit: measured H100 torch GPU times (traces/gpu/h100/measured), batch 1, 8, 32",
+        compute_eff=0.7455, conv_eff=0.8957, tconv_eff=0.322, strided_eff=0.1689, conv_n_half=183.1,
+        mem_eff=0.7809, kernel_overhead_us=1.632, gemm_latency_us=2.699, gemm_k_latency_ns=1.562,
+        conv_k_latency_ns=4.48, additive_t0=True, split_k=False, narrow_tiles=True, gemv=True, fusion="torch",
+        note="fit: measured H100 torch GPU times (traces/gpu/h100/measured), operators at batch 1, 8, 32",
     ),
 }
 
@@ -476,11 +471,9 @@ class _OpRecorder:
             else:
                 K = (x.shape[1] // groups) * int(np.prod(w.shape[2:]))
             names = ["conv_transpose" if transposed else name]
-            if self.fusion == "torch" and not transposed:  # cuDNN's kernel classes (see ModelParams.eff_for)
-                if any(int(v) > 1 for v in args[3]):
+            if self.fusion == "torch" and not transposed:  # a 1x1 convolution with a stride: its own class
+                if all(int(v) == 1 for v in w.shape[2:]) and any(int(v) > 1 for v in args[3]):
                     names.append("strided")
-                elif all(int(v) == 1 for v in w.shape[2:]):
-                    names.append("pointwise")
             return Kernel(
                 "gemm",
                 names,
@@ -664,40 +657,29 @@ def op_templates(
 # --------------------------------------------------------------------------------------------- timing
 def kernel_time_us(kt: KernelTemplate, bs: int, gpu: GPUSpec, params: ModelParams, precision: str) -> float:
     """Time of one kernel at batch size ``bs`` (microseconds)."""
-    bw = gpu.dram_gbs * 1e9 * params.mem_eff
-    nbytes = kt.bytes(bs, precision)
-    if params.l2_reuse_mb > 0:
-        act = kt.bytes_per_sample * bs * BYTES_PER_ELEMENT[precision] / 4.0 + kt.int_bytes_per_sample * bs
-        hot = min(act, params.l2_reuse_mb * 1e6)
-        nbytes = nbytes - hot + hot / params.l2_speedup
-    t_mem = params.mem_latency_us + nbytes / bw * 1e6
+    t_mem = kt.bytes(bs, precision) / (gpu.dram_gbs * 1e9 * params.mem_eff) * 1e6
     t_comp = 0.0
-    if kt.kind == "gemm":
+    if kt.kind == "gemm" and not (params.gemv and kt.dims(bs)[:2] == (1, 1) and kt.names[0] in ("mm", "addmm")):
         B, M, N, K = kt.dims(bs)
+        conv = "convolution" in kt.names or "conv_transpose" in kt.names
         eff = params.eff_for(kt.names)
-        conv = ("convolution" in kt.names or "conv_transpose" in kt.names) and not (
-            params.pointwise_as_gemm and "pointwise" in kt.names)
-        if params.k_half > 0:
-            eff *= K / (K + params.k_half)
-        if params.conv_n_half > 0 and conv:
+        if conv and params.conv_n_half > 0:
             eff *= N / (N + params.conv_n_half)
         p = params if eff == params.compute_eff else replace(params, compute_eff=eff)
-        t_comp = _gemm_compute_us(B, M, N, K, gpu, p, precision, 0.0 if conv else params.gemm_k_floor_ns)
-        if params.conv_k_floor_ns > 0 and conv:
-            t_comp = max(t_comp, K * params.conv_k_floor_ns / 1e3)
-        t_comp += params.gemm_latency_us
+        k_ns = params.conv_k_latency_ns if conv else params.gemm_k_latency_ns
+        t_comp = params.gemm_latency_us + _gemm_compute_us(B, M, N, K, gpu, p, precision, k_ns)
     if params.additive_t0:
         return params.kernel_overhead_us + max(t_comp, t_mem)
     return max(params.kernel_overhead_us, t_comp, t_mem)
 
 
 def _gemm_compute_us(
-    B: int, M: int, N: int, K: float, gpu: GPUSpec, params: ModelParams, precision: str, k_floor_ns: float = 0.0
+    B: int, M: int, N: int, K: float, gpu: GPUSpec, params: ModelParams, precision: str, k_latency_ns: float = 0.0
 ) -> float:
     """Wave-quantised GEMM time; split-K (the reduction cut into ``sk`` parts, partial sums added by an
     extra pass over ``sk * M * N`` values) is used when it is faster and every part keeps a reduction
-    length of at least ``max(M, N, 256)`` (split-K only pays off for long, thin reductions). With
-    ``k_floor_ns`` the GEMM takes at least that long per element of its (split) reduction (one block's loop)."""
+    length of at least ``max(M, N, 256)`` (split-K only pays off for long, thin reductions). A block's
+    reduction loop adds ``k_latency_ns`` per element of its (split) reduction."""
     b = params.block
     bn = N if params.narrow_tiles and N < b else b
     slots = gpu.sms * params.blocks_per_sm
@@ -708,7 +690,7 @@ def _gemm_compute_us(
     while sk == 1 or (params.split_k and K / sk >= max(M, N, 256)):
         blocks = B * math.ceil(M / b) * math.ceil(N / bn) * sk
         waves = math.ceil(blocks / slots)
-        t = max(waves * 2.0 * b * bn * K / sk / per_slot, K / sk * k_floor_ns * 1e-9)
+        t = waves * (2.0 * b * bn * K / sk) / per_slot + K / sk * k_latency_ns * 1e-9
         if sk > 1:
             t += 2.0 * sk * B * M * N * BYTES_PER_ELEMENT[precision] / bw
         best = min(best, t)

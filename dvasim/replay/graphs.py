@@ -28,7 +28,8 @@ for every kind).
   executors (which do replay concurrently) never share a pool.
 
 The extra copy is the carry at the stage's input boundary. Bytes per copy at batch 16 for the H100 models (the
-four-stage cuts of ``/work/shared/data/gpu-h100``: BERT-base length 128 ops 0/15/31/47, ResNet152 0/39/78/118,
+four-stage cuts of the H100 measurements, ``traces/gpu/h100/measured/stage_bounds.csv``: BERT-base length 128
+ops 0/15/31/47, ResNet152 0/39/78/118,
 VGG19 0/12/21/22, UNet 0/10/16/21), stages 0-3: BERT-base 0.016 / 31.5 / 6.3 / 25.2 MB (per row 1,024 /
 1,966,592 / 393,728 / 1,573,376 B), ResNet152 9.6 / 25.7 / 16.1 / 16.1 MB, VGG19 9.6 / 25.7 / 1.6 / 0.26 MB,
 UNet 12.6 / 503 / 503 / 537 MB (its encoder features travel in the carry: 31.5 MB a row). At an H100's
