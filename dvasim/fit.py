@@ -112,38 +112,6 @@ def _read_text(p: Path) -> str:
 
 
 # ----------------------------------------------------------------------------- the pieces of the fit
-def overlap_fraction(begin, end) -> np.ndarray:
-    """For every interval, the fraction of its length during which some other interval was open."""
-    b = np.asarray(begin, float)
-    e = np.asarray(end, float)
-    n = len(b)
-    out = np.zeros(n)
-    order = np.argsort(b, kind="stable")
-    bs, es = b[order], e[order]
-    for r, i in enumerate(order):
-        lo, hi = b[i], e[i]
-        if hi <= lo:
-            continue
-        # candidates: intervals starting before hi (sorted by start) that end after lo
-        k = np.searchsorted(bs, hi, side="left")
-        cand = np.arange(k)
-        cand = cand[(es[:k] > lo) & (cand != r)]
-        if not len(cand):
-            continue
-        segs = np.stack([np.maximum(bs[cand], lo), np.minimum(es[cand], hi)], axis=1)
-        segs = segs[np.argsort(segs[:, 0])]
-        covered, cur_s, cur_e = 0.0, segs[0, 0], segs[0, 1]
-        for s0, s1 in segs[1:]:
-            if s0 > cur_e:
-                covered += cur_e - cur_s
-                cur_s, cur_e = s0, s1
-            else:
-                cur_e = max(cur_e, s1)
-        covered += cur_e - cur_s
-        out[i] = covered / (hi - lo)
-    return out
-
-
 def segments(begin, end) -> list[list[tuple[float, int]]]:
     """For every interval, its pieces ``(duration, n)`` with ``n`` the number of intervals open (itself included)."""
     b = np.asarray(begin, float)
@@ -160,6 +128,15 @@ def segments(begin, end) -> list[list[tuple[float, int]]]:
         n = ((b[others][None, :] <= mids[:, None]) & (e[others][None, :] > mids[:, None])).sum(axis=1)
         out.append(list(zip(np.diff(cuts).tolist(), n.tolist())))
     return out
+
+
+def overlap_fraction(begin, end) -> np.ndarray:
+    """For every interval, the fraction of its length during which some other interval was open."""
+    b = np.asarray(begin, float)
+    e = np.asarray(end, float)
+    span = np.maximum(e - b, 0.0)
+    shared = np.array([sum(dt for dt, n in p if n > 1) for p in segments(b, e)])
+    return np.divide(shared, span, out=np.zeros(len(b)), where=span > 0)
 
 
 def fit_cores(pieces: list[list[tuple[float, int]]], work, grid=None) -> tuple[float, float]:

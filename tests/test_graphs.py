@@ -123,3 +123,6 @@ def test_validate_gpu_tables_feed_the_host_model(tmp_path):
     assert with_host.summary["n_completed"] == 40
     assert with_host.config["engine"]["host"]["modules"] == "cudagraph"
     assert with_host.summary["mean_latency_ms"] >= without.summary["mean_latency_ms"]
+    # the launch table really drives the simulation: launches 20x slower make every query slower
+    slow = {**sim_cfg, "engine": {**sim_cfg["engine"], "host": {**sim_cfg["engine"]["host"], "launch_scale": 20.0}}}
+    assert run(slow, progress=False).summary["mean_latency_ms"] > 2 * with_host.summary["mean_latency_ms"]

@@ -50,7 +50,9 @@ class CountingGraphs(CpuGraphs):
 
 def test_gpu_profile_goes_through_the_graph_object_and_writes_a_bucketed_table(monkeypatch, tmp_path):
     ops = CountingGraphs()
-    monkeypatch.setattr(profiler, "graph_ops", lambda device: ops)
+    import dvasim.replay.graphs as graphs
+
+    monkeypatch.setattr(graphs, "graph_ops", lambda device: ops)  # the profiler takes its graphs from here
     df = profiler.profile_stages("bert_base", cuts=[4], batch_sizes=[1, 2], seq_lens=[8, 16], warmup=1, repeats=2,
                                  modules="cudagraph")
     # 2 stages x 2 batch sizes x 2 lengths captured once each, timed (warm-up + repeats) times each

@@ -20,7 +20,7 @@ because the table format has only ``latency_ms``.
   instead: ResNet152's operators summed to 19.6 ms at batch 1 where its GPU time is 2.6 ms. A graph-timed table
   of a token model says ``# length buckets: true``: the replay pads each input up to the next profiled length
   and runs that length's graph, and the simulator pads the same way (:meth:`LatencyTable.bucket`).
-  Every capture and timing call goes through one object (:func:`graph_ops`: the replay's ``CudaOps``, or on
+  Every capture and timing call goes through one object (:func:`dvasim.replay.graphs.graph_ops`: the replay's ``CudaOps``, or on
   the CPU the stand-in ``CpuGraphs`` with a wall clock), so this path runs in the CPU tests too.
 * The host's launch cost (:func:`profile_launch`, ``dvasim profile --device cuda`` writes it by default, or
   ``--launch eager,torchscript,cudagraph``): per module kind, stage, batch size (and length), the host wall time
@@ -313,20 +313,6 @@ def _timed_passes(units, x, device: str, warmup: int, repeats: int) -> np.ndarra
     return out
 
 
-def graph_ops(device: str):
-    """CUDA graph capture, replay and timing for ``device``: the replay's :class:`CudaOps` on a GPU (graph
-    replays between CUDA events), the CPU stand-in :class:`~dvasim.replay.graphs.CpuGraphs` (same static-buffer
-    semantics, ``time.perf_counter_ns``) on the CPU. The GPU profile goes through this object only, so the same
-    code runs on the CPU in the tests."""
-    if device == "cpu":
-        from dvasim.replay.graphs import CpuGraphs
-
-        return CpuGraphs()
-    from dvasim.replay.engine import CudaOps
-
-    return CudaOps(device)
-
-
 GRAPH_REPLAYS = 10  # back-to-back replays per timed pass
 
 
@@ -338,7 +324,7 @@ def _graph_passes(units, x, device: str, warmup: int, repeats: int, replays: int
     Back-to-back replays keep the GPU busy, so the host's launch gaps are not in the figure. On the CPU
     (stand-in graphs) the clock is the wall clock."""
     torch = _torch()
-    from dvasim.replay.graphs import GraphStage
+    from dvasim.replay.graphs import GraphStage, graph_ops
 
     ops = graph_ops(device) if ops is None else ops
     graphs = []
@@ -407,6 +393,8 @@ def profile_launch(model, bounds: Sequence[int], batch_sizes: Sequence[int], seq
     mods = {"eager": eager}
     if "torchscript" in kinds:
         mods["torchscript"] = stage_modules(model, bounds, "torchscript")
+    from dvasim.replay.graphs import graph_ops
+
     ops = graph_ops(device)
     rows = []
     t_start = time.perf_counter()
@@ -449,11 +437,11 @@ def launch_path(table_path) -> Path:
 def save_launch(df: pd.DataFrame, path) -> Path:
     """Write a launch-cost frame as ``modules,stage,batch_size,seq_len,launch_ms`` (``seq_len`` empty for image
     models) after its provenance as ``# key: value`` lines; returns the path."""
+    from dvasim.calibration.table import provenance_header
+
     p = Path(path)
-    prov = df.attrs.get("provenance", {})
     with open(p, "w", encoding="utf-8") as fh:
-        for k, v in prov.items():
-            fh.write(f"# {' '.join(str(k).replace(':', ' ').split())}: {' '.join(str(v).split())}\n")
+        fh.write(provenance_header(df.attrs.get("provenance", {})))
         out = df.copy()
         out["seq_len"] = out["seq_len"].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
                                             else int(v))
@@ -571,6 +559,8 @@ def profile_ops(
     # call the operator modules directly (as a stage module does), not through run_ops' per-call checks
     units = [mod for _, mod in model.ops]
     use_graphs = device != "cpu" if graphs is None else bool(graphs)
+    from dvasim.replay.graphs import graph_ops
+
     ops = graph_ops(device) if use_graphs else None
     passes = functools.partial(_graph_passes, ops=ops) if use_graphs else _timed_passes
     rows: list[dict] = []
@@ -680,6 +670,8 @@ def profile_stages(
 
         modules = stage_modules(model, list(bounds), "torchscript")
     names = [f"ops {a}-{b - 1}" for a, b in zip(bounds, ends, strict=True)]
+    from dvasim.replay.graphs import graph_ops
+
     ops = graph_ops(device) if kind == "cudagraph" else None
     passes = functools.partial(_graph_passes, ops=ops) if kind == "cudagraph" else _timed_passes
     rows: list[dict] = []

@@ -82,6 +82,12 @@ def default_table_path() -> Path:
 DEFAULT_TABLE_PATH = default_table_path()
 
 
+def provenance_header(prov: dict) -> str:
+    """``# key: value`` lines (``source`` first, each value on one line) that :func:`read_provenance_csv` reads."""
+    items = [("source", prov.get("source", "unspecified"))] + [(k, v) for k, v in prov.items() if k != "source"]
+    return "".join(f"# {' '.join(str(k).replace(':', ' ').split())}: {' '.join(str(v).split())}\n" for k, v in items)
+
+
 def read_provenance_csv(text: str) -> tuple[dict[str, str], str]:
     """Split ``text`` into (provenance dict from the leading ``# key: value`` lines, remaining CSV text)."""
     lines = text.splitlines(keepends=True)
@@ -312,14 +318,8 @@ class LatencyTable:
         """Write the provenance header (``# key: value``) and then the CSV; :meth:`load` round-trips it."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        lines = []
-        items = [("source", self.provenance.get("source", "unspecified"))]
-        items += [(k, v) for k, v in self.provenance.items() if k != "source"]
-        for k, v in items:
-            v1 = " ".join(str(v).split())
-            lines.append(f"# {k}: {v1}\n")
         body = self.to_frame().to_csv(index=False, lineterminator="\n", float_format=None)
-        p.write_text("".join(lines) + body, encoding="utf-8")
+        p.write_text(provenance_header(self.provenance) + body, encoding="utf-8")
 
     def __repr__(self) -> str:
         seq = "" if self.seq_lens is None else f", seq_lens {int(self.seq_lens[0])}..{int(self.seq_lens[-1])}"

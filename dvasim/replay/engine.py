@@ -807,10 +807,9 @@ def modules_for(kind: str, device: str) -> str:
 
 def _graph_stages(setup: ReplaySetup, cuda_ops=None) -> list[list]:
     """Every stage of every lane captured at every batch size the policy can form and every length bucket."""
-    from dvasim.replay.graphs import CpuGraphs, capture_stages
+    from dvasim.replay.graphs import capture_stages, graph_ops
 
-    ops = cuda_ops if cuda_ops is not None else (CudaOps(setup.buffers.device) if setup.device == "cuda"
-                                                 else CpuGraphs())
+    ops = cuda_ops if cuda_ops is not None else graph_ops(setup.buffers.device if setup.device == "cuda" else "cpu")
     top = int(getattr(setup.policy, "max_batch_size", None) or setup.profile.max_batch_size)
     top = min(top, setup.buffers.max_rows)
     return capture_stages(setup.stages, setup.buffers, ops, range(1, top + 1), setup.buckets or [1],

@@ -52,12 +52,24 @@ a wall clock, so the whole path, the GPU profiler's included, runs and is tested
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
 from dvasim.replay.buffers import flatten, unflatten
 
-__all__ = ["CpuGraphs", "GraphStage", "capture_stages"]
+__all__ = ["CpuGraphs", "GraphStage", "capture_stages", "graph_ops"]
+
+
+def graph_ops(device) -> Any:
+    """Graph capture, replay and timing for ``device``: the replay's :class:`~dvasim.replay.engine.CudaOps` on a
+    GPU (replays between CUDA events), :class:`CpuGraphs` (same static-buffer semantics, wall clock) on the CPU.
+    The replay and the profiler both take their graphs from here."""
+    if str(device) == "cpu":
+        return CpuGraphs()
+    from dvasim.replay.engine import CudaOps
+
+    return CudaOps(device)
 
 
 class CpuGraphs:

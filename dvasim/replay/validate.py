@@ -241,6 +241,7 @@ def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]
       among executions that ran alone, each relative to the median of its stage and batch size;
     * the evidence: counts, ``alone_ratio`` ``a``, and the measured mean ratio by overlap.
     """
+    from dvasim.fit import admission_quantiles
     from dvasim.replay.engine import admission_delays, overhead_stats
 
     rows = []
@@ -278,8 +279,7 @@ def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]
     out["launch_overhead_ms"] = st.get("launch_overhead_ms_mean", 0.0) + (copy if math.isfinite(copy) else 0.0)
     out["admission_delay_ms"] = st.get("admission_delay_ms_mean", 0.0)
     # its distribution, as quantiles at levels 0, 0.05, .., 0.95, 0.999 (the simulator draws from them)
-    out["admission_delay_quantiles_ms"] = ([float(x) for x in np.quantile(late, [*np.linspace(0, 0.95, 20), 0.999])]
-                                           if len(late) >= 20 else None)
+    out["admission_delay_quantiles_ms"] = admission_quantiles(late)
     if not rows:
         out["corun_slowdown"] = 1.0
         return out

@@ -26,9 +26,9 @@ predicts a capacity four times too high. This module models the host side:
   the moment the kernels start
   being launched (after the copies); the execution is done when both its launching and its GPU work are done.
 
-Order of one execution: copies and ``python_ms`` (holding the lock), then the launch (on a core; holding the lock
-too if eager) while the GPU works. The executor's hand-off before it (``[engine] launch_overhead_ms``) is a plain
-delay, as without a host model.
+Order of one execution: the executor's hand-off (``[engine] launch_overhead_ms``, control-plane Python), the
+copies and ``python_ms``, all holding the lock; then the launch (on a core; holding the lock too if eager) while
+the GPU works.
 
 Launch-table format (``<table>.launch.csv``, written by ``dvasim profile --device cuda``): columns
 ``modules,stage,batch_size,seq_len,launch_ms`` (``seq_len`` empty for image models) and ``# key: value``
@@ -220,6 +220,15 @@ def _per_stage(d: dict, key: str, n: int, default: float = 0.0) -> list[float]:
     return [float(x) for x in vals]
 
 
+def _num(d: dict, key: str, default: float, lo: float, what: str, strict: bool = False,
+         top: float = math.inf) -> float:
+    v = d.get(key, default)
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v <= top
+    if not ok or v < lo or (strict and v <= lo):
+        raise ConfigError(f"engine.host.{key}", f"must be {what}, got {v!r}")
+    return float(v)
+
+
 def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None) -> HostModel | None:
     """The ``[engine.host]`` table as a :class:`HostModel` (``None`` when the table is absent or empty)."""
     if not d:
@@ -232,30 +241,19 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
     modules = d.get("modules", "torchscript")
     if modules not in MODULE_KINDS:
         raise ConfigError("engine.host.modules", f"must be one of {', '.join(MODULE_KINDS)}, got {modules!r}")
-    cores = d.get("cores", 16)
-    if isinstance(cores, bool) or not isinstance(cores, (int, float)) or not math.isfinite(cores) or cores < 1:
-        raise ConfigError("engine.host.cores", f"must be a number >= 1 (effective launching cores), got {cores!r}")
-    scale = d.get("launch_scale", 1.0)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise ConfigError("engine.host.launch_scale", f"must be a number > 0, got {scale!r}")
-    py = d.get("python_ms", 0.0)
-    if isinstance(py, bool) or not isinstance(py, (int, float)) or not math.isfinite(py) or py < 0:
-        raise ConfigError("engine.host.python_ms", f"must be a number >= 0, got {py!r}")
-    sp = d.get("stall_prob", 0.0)
-    if isinstance(sp, bool) or not isinstance(sp, (int, float)) or not 0 <= sp <= 1:
-        raise ConfigError("engine.host.stall_prob", f"must be a probability in [0, 1], got {sp!r}")
+    cores = _num(d, "cores", 16, 1.0, "a number >= 1 (effective launching cores)")
+    scale = _num(d, "launch_scale", 1.0, 0.0, "a number > 0", strict=True)
+    py = _num(d, "python_ms", 0.0, 0.0, "a number >= 0")
+    sp = _num(d, "stall_prob", 0.0, 0.0, "a probability in [0, 1]", top=1.0)
     stall = d.get("stall_ms", [])
     if not isinstance(stall, list) or (sp > 0 and len(stall) < 2) or not all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in stall) \
             or any(b < a for a, b in zip(stall, stall[1:])):
         raise ConfigError("engine.host.stall_ms", "must be a list of >= 2 non-decreasing quantiles >= 0 (ms) when "
                                                   "stall_prob > 0, e.g. [3.0, 5.5, 20.0]")
-    scp = d.get("stall_cluster_prob")
-    if scp is not None and (isinstance(scp, bool) or not isinstance(scp, (int, float)) or not 0 <= scp <= 1):
-        raise ConfigError("engine.host.stall_cluster_prob", f"must be a probability in [0, 1], got {scp!r}")
-    sw = d.get("stall_window_ms", 50.0)
-    if isinstance(sw, bool) or not isinstance(sw, (int, float)) or not math.isfinite(sw) or sw < 0:
-        raise ConfigError("engine.host.stall_window_ms", f"must be a number >= 0 (ms), got {sw!r}")
+    scp = None if d.get("stall_cluster_prob") is None else _num(d, "stall_cluster_prob", 0.0, 0.0,
+                                                                 "a probability in [0, 1]", top=1.0)
+    sw = _num(d, "stall_window_ms", 50.0, 0.0, "a number >= 0 (ms)")
     if scp and len(stall) < 2:
         raise ConfigError("engine.host.stall_ms", "give the stalls' quantiles (>= 2) with stall_cluster_prob")
     gpu_table = None
@@ -284,8 +282,8 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
     return HostModel(
         n_stages=n_stages, modules=modules, cores=cores,
         launch_ms=_per_stage(d, "launch_ms", n_stages), launch_per_row_ms=_per_stage(d, "launch_per_row_ms", n_stages),
-        launch_scale=float(scale), copy_ms=_per_stage(d, "copy_ms", n_stages),
-        copy_per_row_ms=_per_stage(d, "copy_per_row_ms", n_stages), python_ms=float(py), table=table,
-        stall_prob=float(sp), stall_ms=[float(x) for x in stall], gpu_table=gpu_table,
-        stall_cluster_prob=None if scp is None else float(scp), stall_window_ms=float(sw),
+        launch_scale=scale, copy_ms=_per_stage(d, "copy_ms", n_stages),
+        copy_per_row_ms=_per_stage(d, "copy_per_row_ms", n_stages), python_ms=py, table=table,
+        stall_prob=sp, stall_ms=[float(x) for x in stall], gpu_table=gpu_table,
+        stall_cluster_prob=scp, stall_window_ms=sw,
     )
