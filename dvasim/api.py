@@ -44,6 +44,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         engine: str | Path | None = None) -> RunResult:
     """Simulate one config (a TOML path, a dict of sections, or an already resolved dict). ``engine``: an engine
     file written by ``dvasim fit``, merged over the config's ``[engine]`` (``--set`` overrides still win)."""
+    from dvasim.core.batch_table import meta_op_counts
     from dvasim.core.pipeline import Pipeline
     from dvasim.policies import make_policy
     from dvasim.sim.engine import simulate
@@ -61,7 +62,9 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     if profile.seq_lens is not None and len(workload.seq_lens):
         _check_lengths(profile, workload.seq_lens)
     eng = cfg["engine"]
-    pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"])
+    pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"],
+                        qos_target_ms=cfg["qos"]["target_ms"],
+                        input_lengths=workload.seq_lens if profile.seq_lens is not None else None)
     res = simulate(
         pipeline, workload.arrivals_ms, workload.seq_lens,
         sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"], cores=eng["cores"],
@@ -77,9 +80,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         policy=policy.name, model=profile.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=eng["instances"],
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
         sim_wall_s=res.wall_s, sim_queries_per_wall_s=len(df) / res.wall_s if res.wall_s > 0 else float("nan"),
-        n_batches=sum(1 for op in res.pipeline.table.log if op[0] == "new"),
-        n_stretch=sum(1 for op in res.pipeline.table.log if op[0] == "stretch"),
-        n_split=sum(1 for op in res.pipeline.table.log if op[0] == "split"),
+        **meta_op_counts(res.pipeline.table),
     )
     resolved = {**cfg, "policy": {**cfg["policy"], **policy.describe()}}
     resolved["model"] = {**cfg["model"], "provenance": dict(getattr(profile, "provenance", {}))}

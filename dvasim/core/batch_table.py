@@ -15,9 +15,19 @@ Meta operations:
   completed stage ``s``, and then only the queries not yet handed on. So the original queries wait at the first
   boundary they reach after the stretch and continue merged with the newcomers (paper Figure 8b).
 * **split** replaces a batch that has completed a stage (all its queries, none handed on) by sub-batches of given
-  sizes, each a row of its own, pushed one by one into the next batch queue (Figure 8c).
+  sizes, each a row of its own, pushed one by one into the next batch queue (Figure 8c). Whether the pushes
+  happen at once or one after the other (the serial manner) is the pipeline's business.
+* **new at a stage boundary** (:meth:`BatchTable.renew`, paper Figure 12 line 16, ``BatchTable.New(inBatch)``)
+  re-creates a batch that has completed a stage as a new row: a new id, created now, the latest batch, the same
+  queries and buffer rows, continuing from the next stage. It makes an older batch the one later queries may
+  stretch (LazyBatching's preemption).
 
-A batch that may be split (``splittable``) can never be stretched; sub-batches inherit that (paper §5.2.2).
+A batch that may be split (``splittable``) can never be stretched; sub-batches inherit that (paper §5.2.2). A
+stretched batch may become splittable when its new size passes the policy's split test (:meth:`mark_splittable`),
+which ends its stretching.
+
+The table counts what a study wants to know of them: the operations in :attr:`log`, and the time-integral of the
+number of its rows (:meth:`mean_in_flight`, the mean number of batches in flight).
 """
 
 from __future__ import annotations
@@ -107,6 +117,24 @@ class BatchTable:
         self.latest_id: int | None = None
         self._next_id = 0
         self.log: list[tuple] = []  # (op, time, batch id, detail) for inspection and tests
+        # time-integral of len(rows): the mean number of batches in flight over [first op, last op]
+        self._area = 0.0
+        self._t_last = math.nan
+        self._t_first = math.nan
+
+    def _tick(self, now: float) -> None:
+        """Accumulate the rows' time-integral up to ``now`` (call before the row count changes)."""
+        if math.isnan(self._t_first):
+            self._t_first = now
+        elif now > self._t_last:
+            self._area += len(self.rows) * (now - self._t_last)
+        if math.isnan(self._t_last) or now > self._t_last:
+            self._t_last = now
+
+    def mean_in_flight(self) -> float:
+        """Time-average number of batches in the table between the first *new* and the last change."""
+        span = self._t_last - self._t_first
+        return self._area / span if span > 0 else math.nan
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
@@ -136,6 +164,7 @@ class BatchTable:
         if not queries:
             raise MetaOpError("new: a batch needs at least one query")
         b = Batch(self._new_id(), list(queries), now, self.n_stages, splittable=splittable)
+        self._tick(now)
         self.rows[b.bid] = b
         self.latest_id = b.bid
         for q in queries:
@@ -170,11 +199,40 @@ class BatchTable:
             q.batch_id = bid
             q.admitted = now
         b.issued[0] = b.bs
-        self.log.append(("stretch", now, bid, len(queries)))
+        # detail: (newcomers, whether the batch's first stage had already started on it: Policy III's case)
+        self.log.append(("stretch", now, bid, (len(queries), not math.isnan(b.first_start))))
         return BatchItem(bid, start, len(queries), b.slot)
 
-    def complete(self, item: BatchItem, stage: int) -> Completion:
-        """Record that ``item`` finished ``stage`` (updates ``status_map``)."""
+    def mark_splittable(self, bid: int) -> None:
+        """The batch may now be split (and so is no longer stretched)."""
+        self.rows[bid].splittable = True
+
+    def renew(self, bid: int, stage: int, now: float, splittable: bool = False) -> BatchItem:
+        """*new* at the boundary after ``stage``: batch ``bid``, whole there with none handed on, becomes a new row
+        (new id, created now, the latest batch) with the same queries and buffer rows; returns its item for the
+        next batch queue."""
+        b = self.rows.get(bid)
+        if b is None:
+            raise MetaOpError(f"new of batch {bid} at a boundary: no such batch")
+        if stage >= self.n_stages - 1:
+            raise MetaOpError(f"new of batch {bid} at a boundary: nothing follows the last stage")
+        if b.status_map[stage] != b.bs or b.issued[stage + 1] != 0:
+            raise MetaOpError(f"new of batch {bid} at a boundary: the batch is not whole after stage {stage}")
+        self._tick(now)
+        del self.rows[bid]
+        child = Batch(self._new_id(), b.queries, now, self.n_stages, splittable=splittable, slot=b.slot,
+                      row_offset=b.row_offset, lane=b.lane, parent=bid, first_start=b.first_start)
+        for k in range(stage + 1):
+            child.status_map[k] = b.bs
+            child.issued[k] = b.bs
+        child.issued[stage + 1] = b.bs
+        self.rows[child.bid] = child
+        self.latest_id = child.bid
+        self.log.append(("renew", now, child.bid, (bid, stage + 1)))
+        return BatchItem(child.bid, 0, b.bs, b.slot)
+
+    def complete(self, item: BatchItem, stage: int, now: float = math.nan) -> Completion:
+        """Record that ``item`` finished ``stage`` at ``now`` (updates ``status_map``)."""
         b = self.rows[item.bid]
         b.status_map[stage] += item.num
         if b.status_map[stage] > b.bs:
@@ -182,6 +240,8 @@ class BatchTable:
         if stage == self.n_stages - 1:
             exited = b.item_queries(item)
             if b.status_map[stage] == b.bs:
+                if not math.isnan(now):
+                    self._tick(now)
                 del self.rows[b.bid]
                 if self.latest_id == b.bid:
                     self.latest_id = None
@@ -221,6 +281,7 @@ class BatchTable:
         b = self.rows[bid]
         if any(int(s) != s or s < 1 for s in sizes) or sum(sizes) != b.bs:
             raise MetaOpError(f"split of batch {bid}: sizes {sizes} must be positive and add up to {b.bs}")
+        self._tick(now)
         del self.rows[bid]
         if self.latest_id == bid:
             self.latest_id = None
@@ -241,3 +302,23 @@ class BatchTable:
             offset += n
         self.log.append(("split", now, bid, tuple(sizes)))
         return items
+
+
+def meta_op_counts(table: BatchTable) -> dict:
+    """Summary counters of a run's meta operations: batches made at the front door (``n_batches``), stretches
+    (``n_stretch``) and those of batches whose first stage had already started (``n_stretch_started``, Policy
+    III's case), splits, *new* at a stage boundary (``n_renew``), and the mean number of batches in flight."""
+    out = {"n_batches": 0, "n_stretch": 0, "n_stretch_started": 0, "n_split": 0, "n_renew": 0}
+    for op in table.log:
+        kind = op[0]
+        if kind == "new":
+            out["n_batches"] += 1
+        elif kind == "stretch":
+            out["n_stretch"] += 1
+            out["n_stretch_started"] += int(op[3][1])
+        elif kind == "split":
+            out["n_split"] += 1
+        elif kind == "renew":
+            out["n_renew"] += 1
+    out["mean_batches_in_flight"] = table.mean_in_flight()
+    return out

@@ -17,6 +17,8 @@ Two refinements the paper leaves implicit, both needed to keep data safe and the
 * **split**: the sub-batches of a split batch share their parent's input buffer. The executor that reads them
   gives its predecessor the pair back only after the last of them has been read (``pending`` counts the queued
   items that still have to read a buffer).
+* **serial split**: the pair of a batch split in the serial manner is *held* until its last sub-batch has left the
+  pipeline; no fresh batch takes a held pair.
 * **stretch**: the newcomers of a stretched batch occupy rows of the batch's own buffer pair that no one else
   reads or writes, so while they catch up the pair only needs to be free of running executions, not available.
 """
@@ -48,6 +50,8 @@ class BufferPairs:
         self.pending = [[0] * n_pairs for _ in range(n_stages + 1)]
         # the state an output buffer returns to when the write into it ends
         self.restore = [[BufferState.AVAILABLE] * n_pairs for _ in range(n_stages + 1)]
+        # pairs held by the sub-batches of a serial split: no fresh batch takes them at the first stage
+        self.held = [0] * n_pairs
 
     def legitimate(self, stage: int, slot: int) -> bool:
         """Pair ``slot`` of executor ``stage``: input available, output available or invalid."""
@@ -69,6 +73,10 @@ class BufferPairs:
 
     def legitimate_slots(self, stage: int) -> list[int]:
         return [j for j in range(self.n_pairs) if self.legitimate(stage, j)]
+
+    def fresh_slots(self, stage: int) -> list[int]:
+        """Legitimate pairs a fresh batch may take: those no serial split holds."""
+        return [j for j in range(self.n_pairs) if not self.held[j] and self.legitimate(stage, j)]
 
     def snapshot(self) -> list[list[str]]:
         return [[s.value for s in row] for row in self.state]

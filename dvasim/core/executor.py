@@ -79,8 +79,8 @@ class Executor:
     def can_pull(self, head: BatchItem) -> bool:
         if self.state is not ExecutorState.ACTIVE:
             return False
-        if head.slot is None:  # a fresh batch at the first stage takes a legitimate pair
-            return self.buffers.any_legitimate(self.stage)
+        if head.slot is None:  # a fresh batch at the first stage takes a legitimate pair no serial split holds
+            return bool(self.buffers.fresh_slots(self.stage))
         return True
 
     # ----------------------------------------------------------------- transitions
@@ -89,7 +89,7 @@ class Executor:
         if self.state is not ExecutorState.ACTIVE:
             raise TransitionError(f"executor {self.stage}: pull in state {self.state.value}")
         if item.slot is None:
-            slots = self.buffers.legitimate_slots(self.stage)
+            slots = self.buffers.fresh_slots(self.stage)
             if self.stage != 0 or not slots:
                 raise TransitionError(f"executor {self.stage}: no buffer pair for a fresh batch")
             item = BatchItem(item.bid, item.start, item.num, slots[0])

@@ -14,6 +14,12 @@ full chain of stage executors with its own batch queues and buffer pairs, and al
 and the one batch table. A new batch goes to an instance whose first stage is free (else the least loaded one);
 its stretch and split sub-batches stay in that instance.
 
+Split sub-batches run in the *serial* manner by default (paper Figure 2 and Figure 3 Case II): the first is handed
+to the next stage at once, each following one when the one before it has left the last stage, and the parent's
+buffer pair is held -- no fresh batch takes it at the first stage -- until the last of them has left. A policy
+may ask for the *pipelined* manner instead (``Split(..., manner="pipelined")``): all sub-batches are handed on at
+once and overlap stage by stage as far as the buffer pairs allow.
+
 It never sleeps, never blocks, and imports neither simpy nor torch.
 """
 
@@ -28,7 +34,7 @@ from dvasim.core.batch_table import Batch, BatchItem, BatchTable, MetaOpError
 from dvasim.core.buffers import BufferPairs
 from dvasim.core.executor import Executor, ExecutorState
 from dvasim.core.query import Query
-from dvasim.policies.base import New, Policy, Split, Stretch
+from dvasim.policies.base import SPLIT_MANNERS, New, Policy, Split, Stretch
 
 ACTIVE, CHECKING, WORKING, INACTIVE = (ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING,
                                        ExecutorState.INACTIVE)
@@ -83,10 +89,12 @@ class Execution:
 
 class Pipeline:
     def __init__(self, profile, policy: Policy, n_buffer_pairs: int = 2, record_states: bool = False,
-                 instances: int = 1):
+                 instances: int = 1, qos_target_ms: float | None = None, input_lengths=None):
         if instances < 1:
             raise ValueError("instances must be >= 1")
         self.profile = profile
+        self.qos_target_ms = qos_target_ms
+        self.input_lengths = input_lengths
         self.n_stages = profile.n_stages
         self.n_buffer_pairs = n_buffer_pairs
         self.table = BatchTable(self.n_stages)
@@ -98,6 +106,8 @@ class Pipeline:
         self.policy = policy
         self.exited: list[Query] = []
         self.running: dict[int, Execution] = {}
+        # serial split: sub-batch id -> the item of the sibling handed on when it leaves the last stage
+        self._serial_next: dict[int, BatchItem] = {}
         self.on_begin: list[Callable[[Execution], None]] = []
         self.on_finish: list[Callable[[Execution], None]] = []
         self._now = 0.0
@@ -188,7 +198,7 @@ class Pipeline:
             q.stage_finish[stage] = now
         for cb in self.on_finish:
             cb(execution)
-        done = self.table.complete(item, stage)
+        done = self.table.complete(item, stage, now)
         batch = done.batch
         if batch.bid not in self.table:
             lane.batches -= 1
@@ -198,19 +208,25 @@ class Pipeline:
                 q.exit_batch_id = batch.bid
                 q.exit_batch_size = execution.batch_size
             self.exited.extend(done.exited)
+            if batch.bid not in self.table:
+                self._serial_successor(lane, batch)
             return
         if not done.ready:
             return
         op = self.policy.at_boundary(batch, stage, now)
         if isinstance(op, Split):
+            self._split(lane, op, stage, now)
+            return
+        if isinstance(op, New):
+            if op.queries is not batch.queries and list(op.queries) != batch.queries:
+                raise PolicyError(f"{self.policy.name}: a new at a stage boundary must take exactly the finished "
+                                  f"batch's queries (batch {batch.bid})")
             try:
-                items = self.table.split(op.bid, list(op.sizes), stage, now)
+                item = self.table.renew(batch.bid, stage, now, splittable=op.splittable)
             except MetaOpError as e:
                 raise PolicyError(f"{self.policy.name}: {e}") from None
-            lane.batches += len(items) - 1
-            for it in items:
-                self.table[it.bid].lane = lane.index
-                self._push(stage + 1, it)
+            self._pass_serial(batch.bid, item.bid)
+            self._push(stage + 1, item)
             return
         if isinstance(op, Stretch):
             self._stretch(op, now)
@@ -221,6 +237,51 @@ class Pipeline:
         self._push(stage + 1, self.table.advance(batch.bid, stage))
 
     # ------------------------------------------------------------------ internals
+    def _split(self, lane: Lane, op: Split, stage: int, now: float) -> None:
+        if op.manner not in SPLIT_MANNERS:
+            raise PolicyError(f"{self.policy.name}: split manner {op.manner!r}; allowed: {', '.join(SPLIT_MANNERS)}")
+        parent = self.table.rows.get(op.bid)
+        try:
+            items = self.table.split(op.bid, list(op.sizes), stage, now)
+        except MetaOpError as e:
+            raise PolicyError(f"{self.policy.name}: {e}") from None
+        lane.batches += len(items) - 1
+        for it in items:
+            self.table[it.bid].lane = lane.index
+        # a sub-batch of a serial split that is split again keeps its place in its siblings' chain
+        chained = parent.bid in self._serial_next
+        successor = self._serial_next.pop(parent.bid, None)
+        if op.manner == "pipelined":
+            for it in items:
+                self._push(stage + 1, it)
+            if chained:
+                self._serial_next[items[-1].bid] = successor
+            return
+        # serial: every sub-batch will read the split boundary's buffer, so count them all as pending reads now
+        # (the buffer is not given back before the last has read it); hand on the first, chain the others
+        if not chained:
+            lane.buffers.held[items[0].slot] += 1  # the parent's pair is held until the last sub-batch leaves
+        lane.buffers.pending[stage + 1][items[0].slot] += len(items) - 1
+        self._push(stage + 1, items[0])
+        for a, b in zip(items, items[1:]):
+            self._serial_next[a.bid] = (stage + 1, b)
+        self._serial_next[items[-1].bid] = successor  # None: the last of the chain gives the pair back
+
+    def _pass_serial(self, old_bid: int, new_bid: int) -> None:
+        if old_bid in self._serial_next:
+            self._serial_next[new_bid] = self._serial_next.pop(old_bid)
+
+    def _serial_successor(self, lane: Lane, batch: Batch) -> None:
+        """A sub-batch of a serial split left the last stage: hand its next sibling on, or give the pair back."""
+        if batch.bid not in self._serial_next:
+            return
+        nxt = self._serial_next.pop(batch.bid)
+        if nxt is None:
+            lane.buffers.held[batch.slot] -= 1
+            return
+        stage, item = nxt
+        lane.queues[stage].append(item)  # its pending read was counted at the split
+
     def _resolve_slot(self, item: BatchItem) -> BatchItem:
         if item.slot is None and item.catch_up:
             return replace(item, slot=self.table[item.bid].slot)
@@ -258,6 +319,8 @@ class Pipeline:
             item = self.table.stretch(op.bid, list(op.queries), now)
         except MetaOpError as e:
             raise PolicyError(f"{self.policy.name}: {e}") from None
+        if op.splittable:
+            self.table.mark_splittable(op.bid)
         # rows added before the batch's first stage started simply join its queued item
         q0 = self.lanes[self.table[op.bid].lane].queues[0]
         for k, queued in enumerate(q0):

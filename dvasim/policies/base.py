@@ -7,7 +7,9 @@ lengths) and answers with operations:
 * :meth:`Policy.admit` -- called at the front door whenever something changed: returns :class:`New` and
   :class:`Stretch` operations for pending queries;
 * :meth:`Policy.at_boundary` -- called by a stage executor when a batch has completed a stage (paper Figure 12,
-  ``Schedule``): may return a :class:`Split` or :class:`Stretch`;
+  ``Schedule``): may return a :class:`Split`, a :class:`Stretch`, or a :class:`New` of the batch's own queries
+  (*new* at a stage boundary: the batch continues as a fresh row of the batch table, the latest one, so that
+  later queries may stretch it; what a LazyBatching-style preemption needs);
 * :meth:`Policy.next_wakeup` -- the next time the front door wants to be asked again (e.g. a batch window closes).
 
 Nothing here imports simpy or torch.
@@ -31,7 +33,11 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------------------- operations
 @dataclass
 class New:
-    """*new*: a batch of ``queries``; ``splittable`` marks a batch that may later be split (never stretched)."""
+    """*new*: a batch of ``queries``; ``splittable`` marks a batch that may later be split (never stretched).
+
+    Returned by :meth:`Policy.admit`, it creates a batch that enters the first stage. Returned by
+    :meth:`Policy.at_boundary` with exactly the finished batch's queries, it re-creates that batch as a new row
+    (a new id, created now, the latest batch) that continues from the next stage (paper Figure 12, line 16)."""
 
     queries: list
     splittable: bool = False
@@ -39,18 +45,30 @@ class New:
 
 @dataclass
 class Stretch:
-    """*stretch*: add ``queries`` to the latest batch ``bid``."""
+    """*stretch*: add ``queries`` to the latest batch ``bid``. ``splittable = True`` marks the stretched batch as
+    one that may be split later (its new size passed the policy's split test), which ends its stretching."""
 
     bid: int
     queries: list
+    splittable: bool = False
+
+
+SPLIT_MANNERS = ("serial", "pipelined")
 
 
 @dataclass
 class Split:
-    """*split*: split batch ``bid`` (whole after the current stage) into sub-batches of ``sizes``."""
+    """*split*: split batch ``bid`` (whole after the current stage) into sub-batches of ``sizes``.
+
+    ``manner = "serial"`` (the paper's Figure 2 and Figure 3 Case II): the sub-batches run the remaining stages
+    one after another -- the next is handed to the next stage only when the one before it has left the last
+    stage -- and the parent's buffer pair is held (no new batch takes it) until the last of them has left.
+    ``manner = "pipelined"``: all sub-batches are handed on at once and follow each other stage by stage,
+    overlapping as far as the buffer pairs allow (for studies)."""
 
     bid: int
     sizes: list
+    manner: str = "serial"
 
 
 # ----------------------------------------------------------------------------- what a policy sees
@@ -69,6 +87,8 @@ class PipelineView(Protocol):
     n_stages: int
     table: BatchTable
     profile: Profile
+    qos_target_ms: float | None  # the service's latency target, when the engine knows it
+    input_lengths: Any  # a sample of the service's input lengths (a sequence), or None when unknown
 
     def now(self) -> float: ...
 

@@ -1,22 +1,48 @@
-"""DVABatch's scheduling policies (paper §7.2) on top of the meta operations.
+"""DVABatch's scheduling policies (paper §7) on top of the meta operations.
 
-* **Policy I, input diversity.** Pending queries are clustered by input length (sorted by length, cut where the
-  padding saved outweighs running one more batch; at most ``max_clusters`` clusters); each cluster is padded to
-  its own longest input and enters the pipeline as a batch of its own, so the clusters run in parallel. The batch
-  window is the first stage's duration at ``bs_max`` (for the longest pending input), and at most ``bs_max``
-  queries are active in the pipeline at once.
-* **Policy II, operator diversity.** When a batch of size ``bs`` completes a stage, it is split in two when the
-  remaining stages take ``T_remain(bs) >= split_factor * T_remain(bs/2)`` (``split_factor`` = 2 in the paper), and
-  the halves are examined again. Batches that such a split may reach are created *splittable* (so never stretched).
-* **Policy III, load diversity.** Newly arrived queries stretch the latest batch unless it has already been
-  processed (since its first stage started) for longer than ``t_comp_wait_ms`` or is full; otherwise they wait for
-  the first stage to take a new batch.
+**Identifying the diversities (§7.1).** ``dvabatch`` picks the policies the service's diversities call for, as
+the paper identifies them offline, from the latency table and the service's input lengths:
 
-``dvabatch`` picks the policies the latency table's diversities call for, as the paper identifies them offline
-(§7.1): *input* when the table has a sequence-length dimension; *operator* when Policy II would split a batch of
-``bs_max`` at some stage boundary; *load* always, except together with *input* (new batches entering the pipeline
-independently already resolve load diversity, §7.2). ``policies = [...]`` overrides the choice. ``dvabatch-split``
-enables only *split* (the paper's Figure 18), behind a Triton-style window.
+* *input* -- the table has a sequence-length dimension and the service's lengths make padding costly: a full
+  batch (``bs_max`` queries drawn from the length distribution) padded to its longest query takes at least
+  ``input_threshold`` (10%) longer than the same queries would at their own lengths (expected times from the
+  table, the longest of ``bs_max`` draws from the order statistics of the empirical distribution). Where the
+  engine does not know the lengths (no workload), a table with lengths is taken to mean input diversity.
+* *operator* -- the stages' preferred batch sizes differ: the largest is at least twice the smallest (Policy II
+  splits by halves, so a smaller difference gives it nothing to do). A stage's preferred batch size is the
+  smallest profiled one whose throughput reaches ``preferred_threshold`` (90%) of the stage's best, at the
+  median input length (the table's longest length when the lengths are unknown).
+* *load* -- always (§7.1: "all the models are considered to have load diversities"), except together with
+  *input*: new batches entering the pipeline independently already resolve load diversity (§7.2).
+
+``policies = [...]`` overrides the choice (an empty list leaves multi-entry pipelining alone: every batch enters
+the pipeline as soon as the first stage takes it, never stretched, split or clustered).
+
+**Policy I, input diversity.** Pending queries are clustered by length (sorted by length, cut where the summed
+latency of the clusters running side by side is smallest; at most ``max_clusters``); each cluster is padded to
+its own longest input and enters the pipeline as a batch of its own, so the clusters run in parallel. At most
+``bs_max`` queries are active in the pipeline. A batch leaves the front door when the first stage is free, when
+``bs_max`` queries (or the room left) are pending, or when the oldest has waited the batch window: the first
+stage's time at ``bs_max`` for the longest *pending* input (§7.2), never more than the QoS target. So the window
+binds only while the first stage is busy (ours: the paper does not say what happens when it is free; sending at
+once there is Triton's behaviour with an idle instance).
+
+**Policy II, operator diversity.** When a splittable batch of size ``bs`` has completed a stage, it is split in
+two when the remaining stages take ``T_remain(bs) >= split_factor * T_remain(bs/2)`` (``split_factor`` = 2 in
+the paper), and the halves are examined again. The test runs at every batch size: a batch is created
+*splittable* when it would pass it at some later boundary at its size (then never stretched, §5.2.2), and a
+stretched batch is re-examined at its new size (then it becomes splittable and its stretching ends), so one batch
+can be *new*, then *stretched*, then *split* (Figure 8). Sub-batches run one after another (``split_manner =
+"serial"``, §7.2: "the two smaller batches run in the serial manner") or overlapping (``"pipelined"``).
+
+**Policy III, load diversity.** Newly arrived queries stretch the latest batch (the most recently made) unless it
+is full, may be split, or has been processed -- since its first stage started on it -- for longer than
+``T_comp_wait`` (``t_comp_wait_ms``); otherwise they wait for the first stage to take a new batch. The paper
+gives no value for ``T_comp_wait``. Ours by default is ``t_comp_wait_frac`` times the model's batch-1 latency
+(the time the newcomers would need to catch up through the whole model), chosen from the sweep in
+``experiments/README.md``.
+
+``dvabatch-split`` enables only *split* (the paper's Figure 18), behind a Triton-style window.
 """
 
 from __future__ import annotations
@@ -25,6 +51,7 @@ import math
 
 from dvasim.errors import ConfigError
 from dvasim.policies.base import (
+    SPLIT_MANNERS,
     New,
     Policy,
     Split,
@@ -36,6 +63,36 @@ from dvasim.policies.base import (
 
 KINDS = ("input", "operator", "load")
 EPS = 1e-9
+T_COMP_WAIT_FRAC = 0.25  # default T_comp_wait as a fraction of the model's batch-1 latency (see the sweep)
+
+
+def padding_waste(profile, lengths, batch_size: int) -> float:
+    """Expected share of a padded batch's time lost to padding: ``1 - E[total(b, L)] / E[total(b, max of b L)]``
+    for ``b = batch_size`` lengths drawn from ``lengths`` (an empirical distribution)."""
+    vals = sorted(int(x) for x in lengths)
+    if not vals:
+        return 0.0
+    n = len(vals)
+    uniq, counts = [], []
+    for v in vals:
+        if uniq and uniq[-1] == v:
+            counts[-1] += 1
+        else:
+            uniq.append(v)
+            counts.append(1)
+    own = sum(c * profile.total(batch_size, v) for v, c in zip(uniq, counts)) / n
+    padded, cdf_prev, cum = 0.0, 0.0, 0
+    for v, c in zip(uniq, counts):
+        cum += c
+        cdf = cum / n
+        padded += (cdf ** batch_size - cdf_prev ** batch_size) * profile.total(batch_size, v)
+        cdf_prev = cdf
+    return 1.0 - own / padded if padded > 0 else 0.0
+
+
+def preferred_batch_sizes(profile, seq_len, threshold: float = 0.9) -> list[int]:
+    """Each stage's preferred batch size (the table's definition, at ``seq_len``)."""
+    return [profile.preferred_batch_size(s, seq_len, threshold) for s in range(profile.n_stages)]
 
 
 @register
@@ -43,17 +100,26 @@ class DVABatch(Policy):
     name = "dvabatch"
     params = {
         "max_batch_size": "bs_max: the largest batch, and the most queries active in the pipeline (Policy I)",
-        "policies": 'which diversities to handle: a list of "input", "operator", "load" (default: from the table)',
-        "max_queue_delay_ms": "front-door batch window (default: Policy I's first-stage time at bs_max, else 0)",
+        "policies": 'which diversities to handle: a list of "input", "operator", "load" (default: identified from '
+                    "the table and the input lengths; [] = multi-entry pipelining only)",
+        "max_queue_delay_ms": "front-door batch window (default: Policy I's first-stage time at bs_max for the "
+                              "longest pending input, at most the QoS target; else 0)",
         "t_comp_wait_ms": "Policy III: a batch processed longer than this is no longer stretched "
-        "(default 0: only batches whose first stage has not started)",
+                          "(default: t_comp_wait_frac x the model's batch-1 latency)",
+        "t_comp_wait_frac": f"Policy III's default T_comp_wait as a fraction of the batch-1 latency "
+                            f"(default {T_COMP_WAIT_FRAC})",
         "split_factor": "Policy II: split when T_remain(bs) >= split_factor * T_remain(bs/2) (default 2)",
+        "split_manner": 'Policy II: "serial" (sub-batches one after another, default) or "pipelined"',
         "max_clusters": "Policy I: most length clusters formed from one batch of queries (default 3)",
+        "input_threshold": "input diversity when padding wastes at least this share of a full batch (default 0.1)",
+        "preferred_threshold": "preferred batch size: throughput at least this share of the best (default 0.9)",
+        "qos_target_ms": "cap of Policy I's window (default: the run's [qos] target_ms)",
     }
     default_policies: tuple[str, ...] | None = None  # None: decide from the table
 
     def __init__(self, max_batch_size=64, policies=None, max_queue_delay_ms=None, t_comp_wait_ms=None,
-                 split_factor=2.0, max_clusters=3):
+                 t_comp_wait_frac=T_COMP_WAIT_FRAC, split_factor=2.0, split_manner="serial", max_clusters=3,
+                 input_threshold=0.1, preferred_threshold=0.9, qos_target_ms=None):
         super().__init__()
         self.max_batch_size = check_positive_int("policy.max_batch_size", max_batch_size)
         if policies is None:
@@ -69,13 +135,23 @@ class DVABatch(Policy):
             "policy.max_queue_delay_ms", max_queue_delay_ms)
         self._t_comp_wait = None if t_comp_wait_ms is None else check_nonneg_number(
             "policy.t_comp_wait_ms", t_comp_wait_ms)
+        self.t_comp_wait_frac = check_nonneg_number("policy.t_comp_wait_frac", t_comp_wait_frac)
         sf = check_nonneg_number("policy.split_factor", split_factor)
         if sf < 1.0:
             raise ConfigError("policy.split_factor", f"must be >= 1, got {split_factor!r}")
         self.split_factor = sf
+        if split_manner not in SPLIT_MANNERS:
+            raise ConfigError("policy.split_manner", f"must be one of {', '.join(SPLIT_MANNERS)}; got {split_manner!r}")
+        self.split_manner = split_manner
         self.max_clusters = check_positive_int("policy.max_clusters", max_clusters)
+        self.input_threshold = check_nonneg_number("policy.input_threshold", input_threshold)
+        pt = check_nonneg_number("policy.preferred_threshold", preferred_threshold)
+        if not 0 < pt <= 1:
+            raise ConfigError("policy.preferred_threshold", f"must be in (0, 1], got {preferred_threshold!r}")
+        self.preferred_threshold = pt
+        self._qos = None if qos_target_ms is None else check_nonneg_number("policy.qos_target_ms", qos_target_ms)
 
-    # ------------------------------------------------------------------ setup
+    # ------------------------------------------------------------------ setup (§7.1)
     def bind(self, view) -> None:
         super().bind(view)
         prof = view.profile
@@ -83,41 +159,88 @@ class DVABatch(Policy):
             raise ConfigError("policy.max_batch_size",
                               f"{self.max_batch_size} exceeds the table's largest profiled batch size {prof.max_batch_size}")
         self.has_len = getattr(prof, "seq_lens", None) is not None
-        self.ref_len = int(max(prof.seq_lens)) if self.has_len else None
+        lengths = getattr(view, "input_lengths", None) if self.has_len else None
+        lengths = None if lengths is None or len(lengths) == 0 else [int(x) for x in lengths]
+        if self.has_len:
+            self.ref_len = int(sorted(lengths)[len(lengths) // 2]) if lengths else int(max(prof.seq_lens))
+        else:
+            self.ref_len = None
+        self.qos_target_ms = self._qos if self._qos is not None else getattr(view, "qos_target_ms", None)
+        self.preferred = preferred_batch_sizes(prof, self.ref_len, self.preferred_threshold)
+        self.padding_waste = padding_waste(prof, lengths, self.max_batch_size) if lengths else math.nan
         if self._asked is not None:
             self.policies = self._asked
             if "input" in self.policies and not self.has_len:
                 raise ConfigError("policy.policies", '"input" needs a latency table with a seq_len column')
         else:
             chosen = []
-            if self.has_len:
+            if self.has_len and (lengths is None or self.padding_waste >= self.input_threshold):
                 chosen.append("input")
-            if self._would_split(0, self.max_batch_size, self.ref_len):
+            if max(self.preferred) >= 2 * min(self.preferred):
                 chosen.append("operator")
-            if not self.has_len:
+            if "input" not in chosen:
                 chosen.append("load")
             self.policies = tuple(chosen)
         self.use_input = "input" in self.policies
         self.use_split = "operator" in self.policies
         self.use_stretch = "load" in self.policies
-        if self._window is not None:
-            self.max_queue_delay_ms = self._window
-        elif self.use_input:
-            self.max_queue_delay_ms = prof.latency(0, self.max_batch_size, self.ref_len)
-        else:
-            self.max_queue_delay_ms = 0.0
-        # The paper gives no value for T_comp_wait. In our simulations (fluid device sharing, two buffer pairs) a
-        # stretch of a started batch made its first queries wait for the newcomers' catch-up and never paid
-        # (experiments/README.md); so by default only batches that have not started yet are stretched.
-        self.t_comp_wait_ms = self._t_comp_wait if self._t_comp_wait is not None else 0.0
+        self.max_queue_delay_ms = self._window  # None: Policy I's window, from the pending inputs
+        self.t_comp_wait_ms = (self._t_comp_wait if self._t_comp_wait is not None
+                               else self.t_comp_wait_frac * prof.total(1, self.ref_len))
 
     def describe(self) -> dict:
         d = {"name": self.name, "max_batch_size": self.max_batch_size, "split_factor": self.split_factor,
-             "max_clusters": self.max_clusters}
+             "split_manner": self.split_manner, "max_clusters": self.max_clusters}
         if self.view is not None:
-            d.update(policies=list(self.policies), max_queue_delay_ms=self.max_queue_delay_ms,
-                     t_comp_wait_ms=self.t_comp_wait_ms)
+            d.update(policies=list(self.policies), t_comp_wait_ms=self.t_comp_wait_ms,
+                     preferred_batch_sizes=self.preferred)
+            if self.max_queue_delay_ms is not None:
+                d["max_queue_delay_ms"] = self.max_queue_delay_ms
+            elif self.use_input:
+                d["max_queue_delay_ms"] = "policy I: first stage at bs_max for the longest pending input"
+            else:
+                d["max_queue_delay_ms"] = 0.0
+            if not math.isnan(self.padding_waste):
+                d["padding_waste"] = round(self.padding_waste, 4)
         return d
+
+    def window(self) -> float:
+        """The front door's batch window now (ms)."""
+        if self.max_queue_delay_ms is not None:
+            return self.max_queue_delay_ms
+        if not self.use_input or not self.pending:
+            return 0.0
+        longest = max(q.seq_len for q in self.pending)
+        w = self.view.profile.latency(0, self.max_batch_size, longest)
+        return min(w, self.qos_target_ms) if self.qos_target_ms else w
+
+    # ------------------------------------------------------------------ Policy II
+    def _would_split(self, stage_done: int, bs: int, seq_len) -> bool:
+        """Would Policy II split a batch of ``bs`` at some boundary after ``stage_done`` (or a later stage)?"""
+        if bs < 2:
+            return False
+        prof = self.view.profile
+        for s in range(stage_done + 1, prof.n_stages):
+            if prof.remaining(s, bs, seq_len) >= self.split_factor * prof.remaining(s, bs // 2, seq_len) - EPS:
+                return True
+        return False
+
+    def split_sizes(self, bs: int, from_stage: int, seq_len) -> list[int]:
+        """Recursive halving while ``T_remain(bs) >= split_factor * T_remain(bs/2)`` for stages ``from_stage..``."""
+        prof = self.view.profile
+        if bs < 2 or from_stage >= prof.n_stages:
+            return [bs]
+        half = bs // 2
+        if prof.remaining(from_stage, bs, seq_len) >= self.split_factor * prof.remaining(from_stage, half, seq_len) - EPS:
+            return self.split_sizes(bs - half, from_stage, seq_len) + self.split_sizes(half, from_stage, seq_len)
+        return [bs]
+
+    def at_boundary(self, batch, stage, now):
+        if not (self.use_split and batch.splittable):
+            return None
+        seq_len = max(q.seq_len for q in batch.queries) if self.has_len else None
+        sizes = self.split_sizes(batch.bs, stage + 1, seq_len)
+        return Split(batch.bid, sizes, self.split_manner) if len(sizes) > 1 else None
 
     # ------------------------------------------------------------------ Policy II
     def _would_split(self, stage_done: int, bs: int, seq_len) -> bool:
@@ -194,24 +317,23 @@ class DVABatch(Policy):
         if not self.pending:
             return ops
         if self.use_stretch:
-            latest = self.view.table.latest()
-            if latest is not None and self.view.table.can_stretch(latest.bid) is None:
-                processed = 0.0 if math.isnan(latest.first_start) else now - latest.first_start
-                room = self.max_batch_size - latest.bs
-                if room > 0 and processed <= self.t_comp_wait_ms:
-                    ops.append(Stretch(latest.bid, self.take(room)))
-                    if not self.pending:
-                        return ops
+            stretch = self._stretch(now)
+            if stretch is not None:
+                ops.append(stretch)
+                if not self.pending:
+                    return ops
         room = self._room()
         if room <= 0:
             return ops
         n = len(self.pending)
         free = self._first_stage_free()
         full = n >= min(room, self.max_batch_size)
-        expired = now - self.pending[0].seen >= self.max_queue_delay_ms - EPS
         # Policy I: batches enter independently; the window only bounds the wait while the first stage is busy.
         # Otherwise a new batch waits for a free first stage (and, with a window, for the window or a full batch).
-        go = (free or full or expired) if self.use_input else (free and (full or expired))
+        if self.use_input:
+            go = free or full or now - self.pending[0].seen >= self.window() - EPS
+        else:
+            go = free and (full or now - self.pending[0].seen >= self.window() - EPS)
         if not go:
             return ops
         batch = self.take(min(n, room, self.max_batch_size))
@@ -222,10 +344,31 @@ class DVABatch(Policy):
             ops.append(New(g, splittable=splittable))
         return ops
 
+    def _stretch(self, now) -> Stretch | None:
+        """Policy III: stretch the latest batch with pending queries, if it may be stretched."""
+        table = self.view.table
+        latest = table.latest()
+        if latest is None or table.can_stretch(latest.bid) is not None:
+            return None
+        processed = 0.0 if math.isnan(latest.first_start) else now - latest.first_start
+        room = self.max_batch_size - latest.bs
+        if room <= 0 or processed > self.t_comp_wait_ms + EPS:
+            return None
+        queries = self.take(room)
+        splittable = False
+        if self.use_split:
+            # the merged batch is whole again at the boundary after the furthest stage its queries were handed to
+            front = max(s for s in range(latest.n_stages) if latest.issued[s] > 0)
+            seq_len = max(q.seq_len for q in (*latest.queries, *queries)) if self.has_len else None
+            splittable = self._would_split(front, latest.bs + len(queries), seq_len)
+        return Stretch(latest.bid, queries, splittable=splittable)
+
     def next_wakeup(self, now):
-        if self.pending and self.max_queue_delay_ms > 0 and self._room() > 0:
-            t = self.pending[0].seen + self.max_queue_delay_ms
-            return t if t > now + EPS else math.inf
+        if self.pending and self._room() > 0:
+            w = self.window()
+            if w > 0:
+                t = self.pending[0].seen + w
+                return t if t > now + EPS else math.inf
         return math.inf
 
 

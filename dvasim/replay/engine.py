@@ -69,6 +69,7 @@ from typing import Any
 
 import torch
 
+from dvasim.core.batch_table import meta_op_counts
 from dvasim.core.pipeline import Execution, Pipeline
 from dvasim.core.query import Query
 from dvasim.replay.buffers import BufferSet, InputStore
@@ -762,7 +763,8 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
         _check_lengths(profile, workload.seq_lens)
     eng = cfg["engine"]
     pipeline = Pipeline(profile, policy, eng["buffer_pairs"], record_states=record_states,
-                        instances=eng["instances"])
+                        instances=eng["instances"], qos_target_ms=cfg["qos"]["target_ms"],
+                        input_lengths=workload.seq_lens if profile.seq_lens is not None else None)
     dev = "cuda" if device == "cuda" else "cpu"
     model = _zoo(resolved.name, resolved.variant, dev)
     bounds = list(resolved.bounds)
@@ -868,14 +870,11 @@ def to_run_result(setup: ReplaySetup, res: ReplayResult, extra_summary: dict | N
     eng = cfg["engine"]
     df = records_frame(res.queries, profile.n_stages)
     summary = summarize(df, cfg["qos"]["target_ms"])
-    log = res.pipeline.table.log
     summary.update(
         policy=policy.name, model=profile.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"],
         instances=eng["instances"],
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
-        n_batches=sum(1 for op in log if op[0] == "new"),
-        n_stretch=sum(1 for op in log if op[0] == "stretch"),
-        n_split=sum(1 for op in log if op[0] == "split"),
+        **meta_op_counts(res.pipeline.table),
         engine="replay", replay_device=res.device, replay_threads=res.threads, replay_wall_s=res.wall_s,
         replay_modules=cfg["replay"]["modules"],
         interrupted=res.interrupted,
