@@ -1,6 +1,7 @@
 """Property tests of the mechanism under random arrivals and random meta-operation sequences.
 
-A *chaos* policy makes random new / stretch / split decisions (every one the batch table allows). An independent
+A *chaos* policy makes random new / stretch / split decisions (every one the batch table allows): splits in the
+serial and the pipelined manner, stretches that mark the batch splittable, and *new* at a stage boundary. An independent
 monitor watches every stage execution and checks, at the level of buffers and of buffer rows:
 
 * no execution reads or writes a buffer that another running execution is writing (or writes one being read);
@@ -28,11 +29,11 @@ from tests.conftest import make_table
 class ChaosPolicy(Policy):
     name = "chaos"
 
-    def __init__(self, seed: int, max_batch_size: int, p_wait=0.3, p_split=0.5, p_stretch=0.5):
+    def __init__(self, seed: int, max_batch_size: int, p_wait=0.3, p_split=0.5, p_stretch=0.5, p_renew=0.2):
         super().__init__()
         self.rng = random.Random(seed)
         self.max_batch_size = max_batch_size
-        self.p_wait, self.p_split, self.p_stretch = p_wait, p_split, p_stretch
+        self.p_wait, self.p_split, self.p_stretch, self.p_renew = p_wait, p_split, p_stretch, p_renew
         self._wake = math.inf
 
     def _room(self):
@@ -51,7 +52,8 @@ class ChaosPolicy(Policy):
                 break
             latest, room = self._room()
             if latest is not None and room > 0 and not ops and self.rng.random() < self.p_stretch:
-                ops.append(Stretch(latest.bid, self.take(self.rng.randint(1, room))))
+                ops.append(Stretch(latest.bid, self.take(self.rng.randint(1, room)),
+                                   splittable=self.rng.random() < 0.3))
                 continue
             n = self.rng.randint(1, min(len(self.pending), self.max_batch_size))
             ops.append(New(self.take(n), splittable=self.rng.random() < 0.5))
@@ -64,10 +66,13 @@ class ChaosPolicy(Policy):
         return self._wake
 
     def at_boundary(self, batch, stage, now):
-        if batch.splittable and batch.bs >= 2 and self.rng.random() < self.p_split:
+        if (self.view.table.can_split(batch.bid, stage) is None and batch.bs >= 2
+                and self.rng.random() < self.p_split):
             cuts = sorted(self.rng.sample(range(1, batch.bs), self.rng.randint(1, min(3, batch.bs - 1))))
             sizes = [b - a for a, b in zip([0, *cuts], [*cuts, batch.bs])]
-            return Split(batch.bid, sizes)
+            return Split(batch.bid, sizes, self.rng.choice(["serial", "pipelined"]))
+        if self.view.table.can_renew(batch.bid, stage) is None and self.rng.random() < self.p_renew:
+            return New(batch.queries, splittable=self.rng.random() < 0.3)
         latest, room = self._room()
         if latest is batch and room > 0 and self.pending and self.rng.random() < self.p_stretch:
             return Stretch(batch.bid, self.take(self.rng.randint(1, min(room, len(self.pending)))))

@@ -18,9 +18,9 @@ Meta operations:
   sizes, each a row of its own, pushed one by one into the next batch queue (Figure 8c). Whether the pushes
   happen at once or one after the other (the serial manner) is the pipeline's business.
 * **new at a stage boundary** (:meth:`BatchTable.renew`, paper Figure 12 line 16, ``BatchTable.New(inBatch)``)
-  re-creates a batch that has completed a stage as a new row: a new id, created now, the latest batch, the same
-  queries and buffer rows, continuing from the next stage. It makes an older batch the one later queries may
-  stretch (LazyBatching's preemption).
+  re-creates a batch that has completed a stage as a new row: a new id, the same queries and buffer rows,
+  continuing from the next stage, and the latest batch unless one entered the pipeline after it. It makes a
+  batch the one later queries may stretch again (LazyBatching's preemption).
 
 A batch that may be split (``splittable``) can never be stretched; sub-batches inherit that (paper §5.2.2). A
 stretched batch may become splittable when its new size passes the policy's split test (:meth:`mark_splittable`),
@@ -207,27 +207,44 @@ class BatchTable:
         """The batch may now be split (and so is no longer stretched)."""
         self.rows[bid].splittable = True
 
-    def renew(self, bid: int, stage: int, now: float, splittable: bool = False) -> BatchItem:
-        """*new* at the boundary after ``stage``: batch ``bid``, whole there with none handed on, becomes a new row
-        (new id, created now, the latest batch) with the same queries and buffer rows; returns its item for the
-        next batch queue."""
+    def can_renew(self, bid: int, stage: int) -> str | None:
+        """Why batch ``bid`` cannot be made new at the boundary after ``stage`` now, or None if it can."""
         b = self.rows.get(bid)
         if b is None:
-            raise MetaOpError(f"new of batch {bid} at a boundary: no such batch")
+            return "no such batch"
         if stage >= self.n_stages - 1:
-            raise MetaOpError(f"new of batch {bid} at a boundary: nothing follows the last stage")
+            return "nothing follows the last stage"
         if b.status_map[stage] != b.bs or b.issued[stage + 1] != 0:
-            raise MetaOpError(f"new of batch {bid} at a boundary: the batch is not whole after stage {stage}")
+            return f"the batch is not whole at the boundary after stage {stage}"
+        return None
+
+    def renew(self, bid: int, stage: int, now: float, splittable: bool = False) -> BatchItem:
+        """*new* at the boundary after ``stage``: batch ``bid``, whole there with none handed on, becomes a new row
+        (new id) with the same queries, creation time and buffer rows; returns its item for the next batch queue.
+        The row is the latest batch (the one a stretch may join) unless a batch entered the pipeline after it. A
+        batch that may be split (a split sub-batch among them) stays splittable."""
+        why = self.can_renew(bid, stage)
+        if why:
+            raise MetaOpError(f"new of batch {bid} at a boundary: {why}")
+        b = self.rows[bid]
         self._tick(now)
         del self.rows[bid]
-        child = Batch(self._new_id(), b.queries, now, self.n_stages, splittable=splittable, slot=b.slot,
-                      row_offset=b.row_offset, lane=b.lane, parent=bid, first_start=b.first_start)
+        # a batch that may be split stays so (§5.2.2): a split sub-batch's rows are followed by its siblings' rows,
+        # so it must never be stretched
+        child = Batch(self._new_id(), b.queries, b.created, self.n_stages, splittable=splittable or b.splittable,
+                      slot=b.slot, row_offset=b.row_offset, lane=b.lane, parent=bid, first_start=b.first_start)
         for k in range(stage + 1):
             child.status_map[k] = b.bs
             child.issued[k] = b.bs
         child.issued[stage + 1] = b.bs
+        # it becomes the latest batch only if no batch entered the pipeline after it: a stretch's catch-up rows
+        # follow the batches queued ahead of them, so a batch with younger batches ahead would wait for them while
+        # they wait for its buffer pair
+        if not any(r.created > b.created for r in self.rows.values()):
+            self.latest_id = child.bid
+        elif self.latest_id == bid:
+            self.latest_id = None
         self.rows[child.bid] = child
-        self.latest_id = child.bid
         self.log.append(("renew", now, child.bid, (bid, stage + 1)))
         return BatchItem(child.bid, 0, b.bs, b.slot)
 

@@ -236,37 +236,11 @@ class DVABatch(Policy):
         return [bs]
 
     def at_boundary(self, batch, stage, now):
-        if not (self.use_split and batch.splittable):
-            return None
+        if not (self.use_split and batch.splittable) or self.view.table.can_split(batch.bid, stage) is not None:
+            return None  # (a stretched batch's newcomers still catching up: it is whole only further on)
         seq_len = max(q.seq_len for q in batch.queries) if self.has_len else None
         sizes = self.split_sizes(batch.bs, stage + 1, seq_len)
         return Split(batch.bid, sizes, self.split_manner) if len(sizes) > 1 else None
-
-    # ------------------------------------------------------------------ Policy II
-    def _would_split(self, stage_done: int, bs: int, seq_len) -> bool:
-        """Would Policy II split a batch of ``bs`` at some boundary after ``stage_done``?"""
-        prof = self.view.profile
-        for s in range(stage_done + 1, prof.n_stages):
-            if bs >= 2 and prof.remaining(s, bs, seq_len) >= self.split_factor * prof.remaining(s, bs // 2, seq_len) - EPS:
-                return True
-        return False
-
-    def split_sizes(self, bs: int, from_stage: int, seq_len) -> list[int]:
-        """Recursive halving while ``T_remain(bs) >= split_factor * T_remain(bs/2)`` for stages ``from_stage..``."""
-        prof = self.view.profile
-        if bs < 2 or from_stage >= prof.n_stages:
-            return [bs]
-        half = bs // 2
-        if prof.remaining(from_stage, bs, seq_len) >= self.split_factor * prof.remaining(from_stage, half, seq_len) - EPS:
-            return self.split_sizes(bs - half, from_stage, seq_len) + self.split_sizes(half, from_stage, seq_len)
-        return [bs]
-
-    def at_boundary(self, batch, stage, now):
-        if not (self.use_split and batch.splittable):
-            return None
-        seq_len = max(q.seq_len for q in batch.queries) if self.has_len else None
-        sizes = self.split_sizes(batch.bs, stage + 1, seq_len)
-        return Split(batch.bid, sizes) if len(sizes) > 1 else None
 
     # ------------------------------------------------------------------ Policy I
     def clusters(self, queries: list) -> list[list]:
