@@ -1,5 +1,6 @@
 """``dvasim compare``: the paper's Figures 14 and 16 in simulation (six models x three loads x ZeroBatch /
-DelayBatch / DVABatch on the Titan RTX tables), with DVABatch's latency reduction against each baseline."""
+DelayBatch / DVABatch on the Titan RTX tables), with DVABatch's latency reduction against each baseline, where
+that reduction comes from (DVABatch's cumulative ablations) and how Triton with two model instances compares."""
 
 from __future__ import annotations
 
@@ -27,11 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="fewer queries and bisection steps (a smoke run)")
     ap.add_argument("--out", default="results/compare", help="output directory")
+    ap.add_argument("--policies", default=",".join(study.VARIANT_BY_LABEL),
+                    help="comma-separated variant labels to run (default: all): " + ", ".join(study.VARIANT_BY_LABEL))
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in study.MODELS]
     if unknown:
         print(f"dvasim compare: error: --models: unknown {unknown[0]!r}; allowed: {', '.join(study.MODELS)}",
+              file=sys.stderr)
+        return 2
+    labels = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
+    unknown = [p for p in labels if p not in study.VARIANT_BY_LABEL]
+    if unknown or not labels:
+        what = f"unknown {unknown[0]!r}" if unknown else "no label given"
+        print(f"dvasim compare: error: --policies: {what}; allowed: {', '.join(study.VARIANT_BY_LABEL)}",
               file=sys.stderr)
         return 2
     if args.queries < 100 or args.workers < 1:
@@ -41,18 +51,27 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results, calib = study.compare(models, n_queries=1000 if args.quick else args.queries, seed=args.seed,
-                                   workers=args.workers, device=args.device, refine=2 if args.quick else 4)
+                                   workers=args.workers, device=args.device, refine=2 if args.quick else 4,
+                                   policies=labels)
     red_mean = study.reductions(results, "mean_latency_ms")
     red_p99 = study.reductions(results, "p99_latency_ms")
+    att = study.attribution(results, "mean_latency_ms")
     results.to_csv(out / "compare.csv", index=False)
     calib.to_csv(out / "calibration.csv", index=False)
     red = red_mean.merge(red_p99, on=["model", "load"], suffixes=("_mean", "_p99"))
     red.to_csv(out / "reductions.csv", index=False)
-    from dvasim.plots import policy_bars
+    att.to_csv(out / "attribution.csv", index=False)
+    from dvasim.plots import attribution_bars, policy_bars
 
     policy_bars(results, "mean_latency_ms", out / "fig14_mean_latency.png", "mean latency (paper Figure 14)")
     policy_bars(results, "p99_latency_ms", out / "fig16_p99_latency.png", "p99 latency (paper Figure 16)")
+    if att["share_multientry_pp"].notna().any():
+        attribution_bars(att, out / "attribution.png",
+                         "DVABatch's mean-latency reduction vs DelayBatch, by step (points of DelayBatch's mean)")
     print_report(results, calib, red, sys.stdout)
+    if set(results["policy"]) - set(study.POLICIES):
+        print_variants(results, sys.stdout)
+    print_attribution(att, sys.stdout)
     print(f"\n{len(results)} runs in {time.perf_counter() - t0:.0f} s; results in {out}/")
     return 0
 
@@ -75,3 +94,72 @@ def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, 
             pz, pdl = PAPER[metric]["zerobatch"][i], PAPER[metric]["delaybatch"][i]
             print(f"  {load:>6}: vs ZeroBatch {row.iloc[0]:6.1f}% | {pz:4.1f}%   "
                   f"vs DelayBatch {row.iloc[1]:6.1f}% | {pdl:4.1f}%", file=file)
+
+
+SHARE_NAMES = {"share_multientry_pp": "multi-entry", "share_stretch_pp": "stretch", "share_split_pp": "split",
+               "share_input_pp": "input clust.", "share_rest_pp": "rest"}
+X2_NAMES = {"zerobatch-x2": "ZeroBatch", "delaybatch-x2": "DelayBatch"}
+
+
+def print_variants(results: pd.DataFrame, file) -> None:
+    """Mean latency of every variant run, per model and load."""
+    piv = results.pivot_table(index=["model", "load"], columns="policy", values="mean_latency_ms")
+    order = [v for v in study.VARIANT_BY_LABEL if v in piv.columns]
+    piv = piv[order + [c for c in piv.columns if c not in order]]
+    piv = piv.reindex(sorted(piv.index, key=lambda k: (k[0], list(study.LOADS).index(k[1]))))
+    print("\nmean latency (ms) of every variant (x2: two model instances; dva-*: DVABatch's cumulative ablations):",
+          file=file)
+    print(piv.round(2).to_string(), file=file)
+
+
+def print_attribution(att: pd.DataFrame, file) -> None:
+    """The shares of DVABatch's mean-latency reduction against DelayBatch per model (per load and averaged over
+    the loads), and a sentence per model on Triton with two model instances."""
+    if att.empty:
+        return
+    loads = [x for x in study.LOADS if x in set(att["load"])]
+    if att[list(SHARE_NAMES)].notna().any().any():
+        _print_shares(att, loads, file)
+    x2_cols = ["vs_zerobatch-x2_%", "vs_delaybatch-x2_%"]
+    if not att[x2_cols].notna().any().any():
+        return
+    tol = 100 * study.MATCH_TOLERANCE
+    print(f"\nTriton with two model instances (instance_group count 2) against DVABatch's mean latency "
+          f"(matches = within {tol:g}% of it or below):", file=file)
+    for model, g in att.groupby("model", sort=False):
+        g = g.set_index("load").reindex(loads)
+        said = False
+        run = [x2 for x2 in X2_NAMES if g[f"vs_{x2}_%"].notna().any()]
+        for x2 in run:
+            hit = [ld for ld in loads if bool(g.loc[ld, f"{x2}_matches"])]
+            if hit:
+                gaps = ", ".join(f"{ld} {100 * (g.loc[ld, f'{x2}_mean_latency_ms'] / g.loc[ld, 'dvabatch_mean_latency_ms'] - 1):+.1f}%"
+                                 for ld in hit)
+                print(f"  {model}: {X2_NAMES[x2]} with two instances matches or beats DVABatch at {_and(hit)} load "
+                      f"(its mean vs DVABatch's: {gaps}).", file=file)
+                said = True
+        if run and not said:
+            best = g[[f"vs_{x2}_%" for x2 in run]].min(axis=1)
+            names = _and([X2_NAMES[x2] for x2 in run])
+            print(f"  {model}: DVABatch beats {names} with two instances at every load (by at least "
+                  f"{best.min():.1f}% of the baseline's mean).", file=file)
+
+
+def _print_shares(att: pd.DataFrame, loads: list[str], file) -> None:
+    print("\nWhere DVABatch's reduction comes from: its mean-latency reduction vs DelayBatch (%) split into steps, "
+          "in points of\nDelayBatch's mean (multi-entry = delaybatch -> dva-multientry, stretch -> dva+stretch, "
+          "split -> dva+split,\ninput clust. -> dva+input (token models), rest = last ablation -> dvabatch: its "
+          "policy selection and Policy I's window):", file=file)
+    cols = ["reduction_%", *SHARE_NAMES]
+    for model, g in att.groupby("model", sort=False):
+        t = g.set_index("load").reindex(loads)[cols]
+        t.loc["mean of loads"] = t.mean(axis=0)
+        t = t.rename(columns={"reduction_%": "total %", **SHARE_NAMES})
+        if t["input clust."].isna().all():
+            t = t.drop(columns="input clust.")
+        print(f"\n  {model}", file=file)
+        print("\n".join("    " + line for line in t.round(1).to_string().splitlines()), file=file)
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -45,18 +45,91 @@ def save_figure(fig, path: str | Path, title: str = "") -> Path:
     return path
 
 
+# One colour per policy label in every figure: the paper's three systems first, then Triton with two instances (a
+# lighter shade of its base), DVABatch behind DelayBatch's window, and DVABatch's cumulative ablations (greens,
+# darker = more of DVABatch).
+PALETTE: dict[str, str] = {
+    "zerobatch": "#4c72b0",
+    "delaybatch": "#dd8452",
+    "dvabatch": "#c44e52",
+    "zerobatch-x2": "#a1c1e6",
+    "delaybatch-x2": "#f4c29a",
+    "dvabatch-window": "#8c4a9e",
+    "dva-multientry": "#c7e9c0",
+    "dva+stretch": "#74c476",
+    "dva+split": "#31a354",
+    "dva+input": "#006d2c",
+}
+_EXTRA = ("#937860", "#8c8c8c", "#ccb974", "#64b5cd", "#da8bc3")
+# the attribution's steps, coloured like the variant each step ends at ("rest": DVABatch itself)
+SHARE_COLOURS = {"share_multientry_pp": PALETTE["dva-multientry"], "share_stretch_pp": PALETTE["dva+stretch"],
+                 "share_split_pp": PALETTE["dva+split"], "share_input_pp": PALETTE["dva+input"],
+                 "share_rest_pp": PALETTE["dvabatch"]}
+SHARE_LABELS = {"share_multientry_pp": "multi-entry", "share_stretch_pp": "stretch", "share_split_pp": "split",
+                "share_input_pp": "input clustering", "share_rest_pp": "rest (policy choice, window)"}
+
+
+def policy_order(labels) -> list[str]:
+    """``labels`` in :data:`PALETTE` order, unknown ones after them (sorted)."""
+    present = set(labels)
+    return [p for p in PALETTE if p in present] + sorted(present - set(PALETTE))
+
+
+def policy_colours(labels) -> dict[str, str]:
+    """A colour for every label: :data:`PALETTE`'s, and a fixed cycle for labels it does not know."""
+    extra = iter(_EXTRA * 4)
+    return {p: PALETTE[p] if p in PALETTE else next(extra) for p in policy_order(labels)}
+
+
 def policy_bars(results: pd.DataFrame, metric: str, path: str | Path, title: str = "") -> Path:
-    """Figures 14 / 16 of the paper: ``metric`` per load and policy, one panel per model."""
+    """Figures 14 / 16 of the paper: ``metric`` per load and policy (every variant present, coloured by
+    :data:`PALETTE`), one panel per model."""
     plt, sns = _plt()
     order = [x for x in ("low", "medium", "high") if x in set(results["load"])]
-    hue = [p for p in ("zerobatch", "delaybatch", "dvabatch") if p in set(results["policy"])]
+    hue = policy_order(results["policy"])
     g = sns.catplot(data=results, x="load", y=metric, hue="policy", col="model", kind="bar", order=order,
-                    hue_order=hue, col_wrap=min(3, results["model"].nunique()), sharey=False, height=2.8,
-                    aspect=1.1)
+                    hue_order=hue, palette=policy_colours(hue), col_wrap=min(3, results["model"].nunique()),
+                    sharey=False, height=2.8, aspect=1.1 if len(hue) <= 3 else 1.8)
     g.set_axis_labels("load", metric.replace("_", " "))
     if title:
         g.figure.suptitle(title, y=1.02)
     path = Path(path)
     g.figure.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(g.figure)
+    return path
+
+
+def attribution_bars(att: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """The attribution (:func:`dvasim.study.attribution`): per model and load, the shares of DVABatch's reduction
+    against DelayBatch stacked (gains up, losses down; points of DelayBatch's mean), the total as a black tick."""
+    plt, _ = _plt()
+    models = list(dict.fromkeys(att["model"]))
+    loads = [x for x in ("low", "medium", "high") if x in set(att["load"])]
+    shares = [c for c in SHARE_COLOURS if c in att.columns and att[c].notna().any()]
+    ncol = min(3, len(models))
+    nrow = -(-len(models) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 2.9 * nrow), squeeze=False)
+    for ax, model in zip(axes.flat, models):
+        g = att[att["model"] == model].set_index("load").reindex(loads)
+        up = [0.0] * len(loads)
+        down = [0.0] * len(loads)
+        for c in shares:
+            vals = g[c].fillna(0.0).tolist()
+            bottoms = [u if v >= 0 else d for v, u, d in zip(vals, up, down)]
+            ax.bar(loads, vals, bottom=bottoms, color=SHARE_COLOURS[c], label=SHARE_LABELS[c], width=0.6)
+            up = [u + max(v, 0.0) for v, u in zip(vals, up)]
+            down = [d + min(v, 0.0) for v, d in zip(vals, down)]
+        ax.scatter(loads, g["reduction_%"], marker="_", s=400, color="black", zorder=3, label="total")
+        ax.axhline(0.0, color="black", lw=0.6)
+        ax.set(title=model, xlabel="load", ylabel="points of DelayBatch's mean")
+    for ax in list(axes.flat)[len(models):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), frameon=False)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
     return path

@@ -14,6 +14,14 @@ Definitions (ours where the paper is silent):
   production baseline), so every policy is compared at the same offered loads.
 * **DelayBatch's window** is tuned for the highest peak throughput (ties: the smaller window) over windows that
   are multiples of the model's latency at batch size 1.
+
+**Variants** (:data:`VARIANTS`): besides the paper's three systems, every load also runs Triton with two model
+instances (``zerobatch-x2``, ``delaybatch-x2``: ``[engine] instances = 2``, Triton's ``instance_group`` count 2),
+DVABatch behind DelayBatch's tuned window (``dvabatch-window``), and DVABatch's cumulative ablations:
+``dva-multientry`` (``policies = []``: batches enter the pipeline whenever the first stage takes them, no stretch,
+split or clustering), ``dva+stretch`` (``["load"]``), ``dva+split`` (``["load", "operator"]``) and, for models
+whose table has a sequence length, ``dva+input`` (``["load", "operator", "input"]``). :func:`attribution` splits
+DVABatch's mean-latency reduction against DelayBatch into these steps.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,7 +49,85 @@ MODELS: dict[str, dict[str, Any]] = {
     "unet": {"stages": 4},
     "linknet": {"stages": 4},
 }
-POLICIES = ("zerobatch", "delaybatch", "dvabatch")
+POLICIES = ("zerobatch", "delaybatch", "dvabatch")  # the paper's three systems
+WINDOW = "tuned"  # placeholder in a variant's policy: DelayBatch's tuned window of the model
+MATCH_TOLERANCE = 0.02  # a baseline "matches" DVABatch when its mean latency is at most 2% above DVABatch's
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compared system: ``policy`` (``max_queue_delay_ms = WINDOW`` stands for DelayBatch's tuned window of the
+    model), ``engine`` overrides of ``[engine]``, and whether it runs only on token models (tables with a
+    ``seq_len``)."""
+
+    label: str
+    policy: dict[str, Any]
+    engine: dict[str, Any] = field(default_factory=dict)
+    token_only: bool = False
+    doc: str = ""
+
+    def policy_for(self, window: float) -> dict[str, Any]:
+        """The policy dict with the tuned window filled in."""
+        return {k: (window if isinstance(v, str) and v == WINDOW else list(v) if isinstance(v, list) else v)
+                for k, v in self.policy.items()}
+
+
+_DELAY = {"name": "delaybatch", "max_queue_delay_ms": WINDOW}
+VARIANTS: tuple[Variant, ...] = (
+    Variant("zerobatch", {"name": "zerobatch"}, doc="Triton, no batch window"),
+    Variant("delaybatch", _DELAY, doc="Triton, window tuned for peak throughput"),
+    Variant("dvabatch", {"name": "dvabatch"}, doc="DVABatch, policies identified from the table (§7.1)"),
+    Variant("zerobatch-x2", {"name": "zerobatch"}, {"instances": 2}, doc="ZeroBatch, two model instances"),
+    Variant("delaybatch-x2", _DELAY, {"instances": 2}, doc="DelayBatch, two model instances"),
+    Variant("dvabatch-window", {"name": "dvabatch", "max_queue_delay_ms": WINDOW},
+            doc="DVABatch behind DelayBatch's tuned window"),
+    Variant("dva-multientry", {"name": "dvabatch", "policies": []},
+            doc="multi-entry pipelining only: no stretch, split or clustering"),
+    Variant("dva+stretch", {"name": "dvabatch", "policies": ["load"]}, doc="+ Policy III (stretch)"),
+    Variant("dva+split", {"name": "dvabatch", "policies": ["load", "operator"]}, doc="+ Policy II (split)"),
+    Variant("dva+input", {"name": "dvabatch", "policies": ["load", "operator", "input"]}, token_only=True,
+            doc="+ Policy I (input clustering), token models only"),
+)
+VARIANT_BY_LABEL = {v.label: v for v in VARIANTS}
+# the cumulative ablation chain from DelayBatch to DVABatch: (share name, variant ending the step)
+ATTRIBUTION_STEPS = (("multientry", "dva-multientry"), ("stretch", "dva+stretch"), ("split", "dva+split"),
+                     ("input", "dva+input"), ("rest", "dvabatch"))
+
+
+def is_token_model(model: str, device: str = "titanrtx", stages: int | None = None) -> bool:
+    """Does the model's table have a sequence-length dimension (Policy I applies)?"""
+    from dvasim.calibration.models import resolve_model
+
+    spec = MODELS[model]
+    table = resolve_model({"name": model, "device": device, "stages": stages or spec["stages"]}).table
+    return table.seq_lens is not None
+
+
+def variants_for(model: str, labels: Iterable[str] | None = None, device: str = "titanrtx") -> list[Variant]:
+    """The variants (in :data:`VARIANTS` order) among ``labels`` (default: all) that apply to ``model``."""
+    wanted = set(VARIANT_BY_LABEL) if labels is None else set(labels)
+    unknown = wanted - set(VARIANT_BY_LABEL)
+    if unknown:
+        raise ValueError(f"unknown variant {sorted(unknown)[0]!r}; allowed: {', '.join(VARIANT_BY_LABEL)}")
+    token = None
+    out = []
+    for v in VARIANTS:
+        if v.label not in wanted:
+            continue
+        if v.token_only:
+            token = is_token_model(model, device) if token is None else token
+            if not token:
+                continue
+        out.append(v)
+    return out
+
+
+def variant_config(variant: Variant | str, model: str, window: float, workload: dict[str, Any],
+                   **cfg_kw) -> dict[str, Any]:
+    """The config of ``variant`` on ``model`` (``window``: DelayBatch's tuned window) under ``workload``."""
+    v = VARIANT_BY_LABEL[variant] if isinstance(variant, str) else variant
+    engine = {**(cfg_kw.pop("engine", None) or {}), **v.engine}
+    return make_config(model, v.policy_for(window), workload, engine=engine, **cfg_kw)
 
 
 def make_config(model: str, policy: dict[str, Any], workload: dict[str, Any], *, device: str = "titanrtx",
@@ -172,49 +258,67 @@ def _map(fn, jobs, workers):
 
 # ----------------------------------------------------------------------------- comparison (Figures 14 and 16)
 def _run_job(args):
-    model, policy, load, rate, n_queries, seed, kw = args
+    model, label, window, load, rate, n_queries, seed, kw = args
     wl = {"kind": "poisson", "rate_qps": rate, "n_queries": n_queries, "seed": seed}
-    r = run_config(make_config(model, policy, wl, **kw))
+    r = run_config(variant_config(label, model, window, wl, **kw))
     s = r.summary
-    return {"model": model, "load": load, "offered_qps": rate, "policy": policy["name"],
+    pol = r.config["policy"]
+    return {"model": model, "load": load, "offered_qps": rate, "policy": label, "policy_name": pol["name"],
+            "dva_policies": "+".join(pol["policies"]) if "policies" in pol else "",
+            "instances": s["instances"],
             "mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
             "throughput_qps": s["throughput_qps"], "qos_violation_rate": s["qos_violation_rate"],
-            "mean_exit_batch_size": s["mean_exit_batch_size"], "n_stretch": s["n_stretch"], "n_split": s["n_split"],
+            "mean_exit_batch_size": s["mean_exit_batch_size"], "n_stretch": s["n_stretch"],
+            "n_stretch_started": s["n_stretch_started"], "n_split": s["n_split"],
+            "mean_batches_in_flight": s["mean_batches_in_flight"],
             "n_completed": s["n_completed"], "n_queries": s["n_queries"]}
 
 
 def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, seed: int = 1, workers: int = 2,
             progress: bool = True, windows: dict[str, float] | None = None, device: str = "titanrtx",
-            refine: int = 4):
-    """Tune DelayBatch, find its peak, then run every policy at low / medium / high load.
+            refine: int = 4, policies: Iterable[str] | None = None):
+    """Tune DelayBatch, find its peak, then run every variant at low / medium / high load.
 
-    Returns ``(results, calibration)``: one row per (model, load, policy), and one row per model with the tuned
-    window and the peak throughputs."""
+    ``policies``: the variant labels to run (default: all of :data:`VARIANTS`; ``dva+input`` runs only on token
+    models). Returns ``(results, calibration)``: one row per (model, load, variant) with ``policy`` = the variant's
+    label, and one row per model with the tuned window and the peak throughputs (DVABatch's only when
+    ``dvabatch`` is run). Results do not depend on ``workers``: every run is seeded and rows keep job order."""
     models = list(models)
-    bar = _bar(progress, total=len(models) * (1 + 2 + 3 * len(POLICIES)), desc="compare")
+    labels = list(VARIANT_BY_LABEL) if policies is None else list(policies)
+    per_model = {m: variants_for(m, labels, device) for m in models}
+    want_dva_peak = "dvabatch" in labels
+    total = sum(1 + 1 + int(want_dva_peak) + 3 * len(per_model[m]) for m in models)
+    bar = _bar(progress, total=total, desc="compare")
+    kw = {"device": device}
+    tuned_windows = {}
+    for model in models:
+        if windows and model in windows:
+            tuned_windows[model] = float(windows[model])
+        else:
+            tuned = tune_delaybatch(model, workers=workers, **kw)
+            tuned_windows[model] = float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])
+        bar.update(1)
+    peak_jobs = []
+    for model in models:
+        peak_jobs.append((model, {"name": "delaybatch", "max_queue_delay_ms": tuned_windows[model]},
+                          {**kw, "refine": refine}))
+        if want_dva_peak:
+            peak_jobs.append((model, {"name": "dvabatch"}, {**kw, "refine": refine}))
+    peaks = iter(_map(_peak_job, peak_jobs, workers))
+    bar.update(len(peak_jobs))
     calib = []
     jobs = []
     for model in models:
-        kw = {"device": device}
-        if windows and model in windows:
-            window = windows[model]
-        else:
-            tuned = tune_delaybatch(model, workers=workers, **kw)
-            window = float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])
-        bar.update(1)
-        delay = {"name": "delaybatch", "max_queue_delay_ms": window}
-        peak_delay = peak_throughput(model, delay, refine=refine, **kw)
-        bar.update(1)
-        peak_dva = peak_throughput(model, {"name": "dvabatch"}, refine=refine, **kw)
-        bar.update(1)
+        window = tuned_windows[model]
+        peak_delay = next(peaks)[0]
+        peak_dva = next(peaks)[0] if want_dva_peak else math.nan
         calib.append({"model": model, "stages": MODELS[model]["stages"], "delaybatch_window_ms": window,
-                      "peak_qps_delaybatch": peak_delay.peak_qps, "peak_qps_dvabatch": peak_dva.peak_qps,
-                      "peak_gain_%": 100.0 * (peak_dva.peak_qps / peak_delay.peak_qps - 1.0)})
+                      "peak_qps_delaybatch": peak_delay, "peak_qps_dvabatch": peak_dva,
+                      "peak_gain_%": 100.0 * (peak_dva / peak_delay - 1.0)})
         for load, frac in LOADS.items():
-            rate = frac * peak_delay.peak_qps
-            for name in POLICIES:
-                policy = delay if name == "delaybatch" else {"name": name}
-                jobs.append((model, policy, load, rate, n_queries, seed, kw))
+            rate = frac * peak_delay
+            for v in per_model[model]:
+                jobs.append((model, v.label, window, load, rate, n_queries, seed, kw))
     rows = []
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -230,12 +334,65 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
 
 
 def reductions(results: pd.DataFrame, metric: str = "mean_latency_ms") -> pd.DataFrame:
-    """DVABatch's reduction of ``metric`` against each baseline, per model and load (positive = better)."""
+    """DVABatch's reduction of ``metric`` against each baseline, per model and load (positive = better; NaN where
+    a policy was not run)."""
     piv = results.pivot_table(index=["model", "load"], columns="policy", values=metric)
     out = pd.DataFrame(index=piv.index)
+    dva = piv["dvabatch"] if "dvabatch" in piv.columns else math.nan
     for base in ("zerobatch", "delaybatch"):
-        out[f"vs_{base}_%"] = 100.0 * (1.0 - piv["dvabatch"] / piv[base])
+        out[f"vs_{base}_%"] = 100.0 * (1.0 - dva / piv[base]) if base in piv.columns else math.nan
     return out.reset_index()
+
+
+def attribution(results: pd.DataFrame, metric: str = "mean_latency_ms",
+                tolerance: float = MATCH_TOLERANCE) -> pd.DataFrame:
+    """Where DVABatch's reduction of ``metric`` against DelayBatch comes from, per model and load.
+
+    ``reduction_%`` = ``100 (1 - dvabatch / delaybatch)``; it is split along the cumulative ablation chain
+    delaybatch -> dva-multientry -> dva+stretch -> dva+split [-> dva+input] -> dvabatch into shares in percentage
+    points of DelayBatch's ``metric``: ``share_X_pp = 100 (before - after) / delaybatch`` for each step, so the
+    shares add up to ``reduction_%`` (a telescoping sum). ``share_input_pp`` is NaN on models without a
+    ``dva+input`` run (no sequence length): there ``share_rest_pp`` starts from ``dva+split``. ``rest`` is what
+    DVABatch's own configuration adds over the last ablation: its choice of policies (§7.1) and Policy I's window.
+    A share is NaN when one of its ends was not run.
+
+    Also Triton with two instances: its ``metric`` (``zerobatch-x2_<metric>``, ``delaybatch-x2_<metric>``),
+    DVABatch's reduction against it (``vs_zerobatch-x2_%``, ``vs_delaybatch-x2_%``) and flags where that baseline's ``metric`` is within ``tolerance`` of DVABatch's or below it
+    (``zerobatch-x2_matches``, ``delaybatch-x2_matches``; ``x2_matches_or_beats``: either)."""
+    piv = results.pivot_table(index=["model", "load"], columns="policy", values=metric)
+    nan = pd.Series(math.nan, index=piv.index)
+
+    def col(label):
+        return piv[label] if label in piv.columns else nan
+
+    base, dva = col("delaybatch"), col("dvabatch")
+    out = pd.DataFrame(index=piv.index)
+    out[f"delaybatch_{metric}"] = base
+    out[f"dvabatch_{metric}"] = dva
+    out["reduction_%"] = 100.0 * (base - dva) / base
+    prev = base
+    for share, label in ATTRIBUTION_STEPS:
+        cur = col(label)
+        if share == "input":
+            # models without a dva+input run skip the step: the chain goes on from dva+split
+            out[f"share_{share}_pp"] = 100.0 * (prev - cur) / base
+            prev = cur.where(cur.notna(), prev)
+        else:
+            out[f"share_{share}_pp"] = 100.0 * (prev - cur) / base
+            prev = cur
+    for x2 in ("zerobatch-x2", "delaybatch-x2"):
+        other = col(x2)
+        out[f"{x2}_{metric}"] = other
+        out[f"vs_{x2}_%"] = 100.0 * (other - dva) / other
+        out[f"{x2}_matches"] = (other <= dva * (1.0 + tolerance)) & other.notna() & dva.notna()
+    out["x2_matches_or_beats"] = out["zerobatch-x2_matches"] | out["delaybatch-x2_matches"]
+    out = out.reset_index()
+    order = {k: i for i, k in enumerate(LOADS)}
+    out = out.sort_values(["model", "load"], key=lambda c: c.map(order) if c.name == "load" else c)
+    return out.reset_index(drop=True)
+
+
+SHARE_COLUMNS = tuple(f"share_{s}_pp" for s, _ in ATTRIBUTION_STEPS)
 
 
 class _NoBar:
