@@ -3,7 +3,8 @@
 Used by ``experiments/h100_fit/check.py`` on the H100 replays in ``traces/h100_replays/`` and by the tests on
 a few of them. A case is simulated with its folder's own config (same workload, seed, policy and engine), the
 model's stage table in place of the named model (``[model] table = <model>_serving_table.csv``, the table the
-replay's policy decided with) and the fitted engine file. The real figures are the mean of the case's real runs
+replay's policy decided with), DVABatch's parameters as the recording tree resolved them
+(:func:`recorded_dvabatch`) and the fitted engine file. The real figures are the mean of the case's real runs
 (``<model>_summary.json`` holds two per case); a case whose real runs differ in mean latency by more than half
 their mean is reported as noise and not scored.
 """
@@ -29,7 +30,26 @@ def case_config(folder, table) -> dict[str, Any]:
     cfg = {k: v for k, v in cfg.items() if k != "replay"}
     cfg["model"] = {"table": str(Path(table).resolve())}
     cfg["_base_dir"] = str(d.resolve())
+    if cfg.get("policy", {}).get("name") == "dvabatch":
+        cfg["policy"] = {**recorded_dvabatch(table, cfg["policy"].get("max_batch_size", 64)), **cfg["policy"]}
     return cfg
+
+
+def recorded_dvabatch(table, max_batch_size: int) -> dict[str, Any]:
+    """DVABatch's parameters as the tree that recorded the H100 replays (commit 15db935) resolved them, so that a
+    case is simulated with the policy its replay ran: *input* when the table has lengths, *operator* when a
+    batch of ``bs_max`` would be split at some boundary, *load* without *input*; Policy I's window at the
+    table's longest length; no stretch of a started batch; split sub-batches overlapping (pipelined)."""
+    from dvasim.calibration.table import LatencyTable
+
+    t = LatencyTable.load(table)
+    L = int(max(t.seq_lens)) if t.seq_lens is not None else None
+    bs = int(max_batch_size)
+    splits = bs >= 2 and any(t.remaining(s, bs, L) >= 2.0 * t.remaining(s, bs // 2, L) - 1e-9
+                             for s in range(1, t.n_stages))
+    policies = (["input"] if L else []) + (["operator"] if splits else []) + ([] if L else ["load"])
+    return {"policies": policies, "t_comp_wait_ms": 0.0, "split_manner": "pipelined",
+            "max_queue_delay_ms": t.latency(0, bs, L) if L else 0.0}
 
 
 def real_runs(summary_json, policy: str, load: float) -> dict[str, list[float]] | None:
