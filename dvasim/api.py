@@ -86,6 +86,10 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     resolved["model"] = {**cfg["model"], "provenance": dict(getattr(profile, "provenance", {}))}
     if host is not None:
         resolved["engine"] = {**cfg["engine"], "host": host.describe()}
+    if res.stuck:
+        import warnings
+
+        warnings.warn(f"dvasim.run: {res.stuck}", RuntimeWarning, stacklevel=2)
     return RunResult(df, summary, resolved, res.stuck)
 
 
