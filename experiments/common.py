@@ -223,6 +223,15 @@ def plt_sns():
     return _plt()
 
 
+def model_panels(models: list, width: float, height: float):
+    """A figure with one panel per model, at most three a row: ``(plt, sns, fig, axes)`` (axes 2-D)."""
+    plt, sns = plt_sns()
+    ncol = min(3, len(models))
+    nrow = -(-len(models) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(width * ncol, height * nrow), squeeze=False)
+    return plt, sns, fig, axes
+
+
 class Stopwatch:
     def __init__(self):
         self.t0 = time.perf_counter()

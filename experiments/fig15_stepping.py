@@ -92,11 +92,8 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
 
 
 def plot_stepping(q: pd.DataFrame, path: Path) -> None:
-    plt, sns = common.plt_sns()
     models = list(dict.fromkeys(q["model"]))
-    ncol = min(3, len(models))
-    nrow = -(-len(models) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.6 * nrow), squeeze=False)
+    plt, sns, fig, axes = common.model_panels(models, 5.2, 3.6)
     colors = dict(zip(POLICIES, sns.color_palette("deep", len(POLICIES))))
     for ax, model in zip(axes.flat, models):
         d = q[q["model"] == model]

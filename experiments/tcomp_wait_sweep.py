@@ -247,11 +247,8 @@ def catch_up_account(queries: dict, df: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(df: pd.DataFrame, path: Path) -> None:
-    plt, sns = common.plt_sns()
     models = list(dict.fromkeys(df["model"]))
-    ncol = min(3, len(models))
-    nrow = -(-len(models) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 3.8 * nrow), squeeze=False)
+    plt, sns, fig, axes = common.model_panels(models, 5.0, 3.8)
     pos = sorted(f for f in FRACS if f > 0)
     x0 = pos[0] / 4  # where frac 0 is drawn on the log axis
     sw = df[df["run"] == "sweep"].assign(x=lambda d: d["frac"].where(d["frac"] > 0, x0))

@@ -209,6 +209,10 @@ class BatchTable:
 
     def can_renew(self, bid: int, stage: int) -> str | None:
         """Why batch ``bid`` cannot be made new at the boundary after ``stage`` now, or None if it can."""
+        return self._not_whole(bid, stage)
+
+    def _not_whole(self, bid: int, stage: int) -> str | None:
+        """Why batch ``bid`` is not whole (every query done, none handed on) at the boundary after ``stage``."""
         b = self.rows.get(bid)
         if b is None:
             return "no such batch"
@@ -276,16 +280,11 @@ class BatchTable:
         return BatchItem(bid, start, b.bs - start, b.slot)
 
     def can_split(self, bid: int, stage: int) -> str | None:
+        """Why batch ``bid`` cannot be split at the boundary after ``stage`` now, or None if it can."""
         b = self.rows.get(bid)
-        if b is None:
-            return "no such batch"
-        if not b.splittable:
+        if b is not None and not b.splittable:
             return "the batch was not created as splittable"
-        if stage >= self.n_stages - 1:
-            return "nothing follows the last stage"
-        if b.status_map[stage] != b.bs or b.issued[stage + 1] != 0:
-            return f"the batch is not whole at the boundary after stage {stage}"
-        return None
+        return self._not_whole(bid, stage)
 
     def split(self, bid: int, sizes: list[int], stage: int, now: float) -> list[BatchItem]:
         """*split*: replace batch ``bid``, whole after ``stage``, by sub-batches of ``sizes`` (in row order).
