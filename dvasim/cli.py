@@ -1,7 +1,7 @@
 """The ``dvasim`` command line.
 
     dvasim run CONFIG.toml --out DIR [--set section.key=value ...]
-    dvasim compare [--models ...] [--queries N] [--workers W] [--out DIR]
+    dvasim compare [--models ...] [--policies ...] [--queries N] [--workers W] [--out DIR]
     dvasim profile --model NAME --stages N --device cpu|cuda --batch-sizes 1,2,4 --out FILE.csv   (needs torch)
     dvasim replay CONFIG.toml --out DIR [--loadgen]       real torch execution of the config (needs torch)
     dvasim validate CONFIG.toml --out DIR [--repeats K]   simulator vs replay: DIR/fidelity.json (needs torch)
@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", metavar="ENGINE.toml", default=None,
                    help="an engine file written by dvasim fit, merged over the config's [engine]")
     p.set_defaults(func=cmd_run)
-    sub.add_parser("compare", help="ZeroBatch / DelayBatch / DVABatch on the six models (paper Figs 14, 16)")
+    sub.add_parser("compare", help="ZeroBatch / DelayBatch / DVABatch on the six models (paper Figs 14, 16), "
+                                   "with Triton x2 and DVABatch ablations")
     sub.add_parser("fit", help="fit the simulator's engine to replay folders: dvasim fit DIR... --out engine.toml")
     sub.add_parser("profile", help="profile a model's stages into a latency table (needs torch); see dvasim profile -h")
     sub.add_parser("replay", help="replay a config on real torch execution (needs torch); see dvasim replay -h")
