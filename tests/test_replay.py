@@ -89,12 +89,22 @@ def test_stretch_with_longer_newcomers_pads_correctly():
     assert_outputs_match(r)
 
 
-def test_split_sub_batches_share_the_parent_pair_correctly():
-    r = replay(cfg("bert_base", "dvabatch-split", rate=600.0, n=60, split_factor=1.0, max_queue_delay_ms=3.0),
-               record_outputs=True, warmup=0)
+@pytest.mark.parametrize("manner", ["serial", "pipelined"])
+def test_split_sub_batches_share_the_parent_pair_correctly(manner):
+    r = replay(cfg("bert_base", "dvabatch-split", rate=600.0, n=60, split_factor=1.0, max_queue_delay_ms=3.0,
+                   split_manner=manner), record_outputs=True, warmup=0)
     assert r.summary["n_split"] > 0
     assert r.summary["n_completed"] == 60
     assert_outputs_match(r)
+    if manner == "serial":  # a sub-batch runs the stage after the split only once its elder sibling has exited
+        df = r.queries
+        checked = 0
+        for _, batch in df.groupby("batch_id"):
+            subs = sorted(batch.groupby("exit_batch_id"), key=lambda kv: kv[1]["finish_ms"].max())
+            for (_, first), (_, later) in zip(subs, subs[1:]):
+                assert later["s2_start_ms"].min() >= first["finish_ms"].max() - 1e-6
+                checked += 1
+        assert checked > 0
 
 
 def test_executor_states_follow_the_transition_diagram():
