@@ -89,7 +89,9 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     if res.stuck:
         import warnings
 
-        warnings.warn(f"dvasim.run: {res.stuck}", RuntimeWarning, stacklevel=2)
+        from dvasim.errors import IncompleteRunWarning
+
+        warnings.warn(f"dvasim.run: {res.stuck}", IncompleteRunWarning, stacklevel=2)
     return RunResult(df, summary, resolved, res.stuck)
 
 

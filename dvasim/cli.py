@@ -39,7 +39,13 @@ def print_summary(summary: dict, file=sys.stdout) -> None:
 def cmd_run(args) -> int:
     from dvasim.api import run, write_outputs
 
-    result = run(args.config, overrides=args.set, progress=args.progress or None, engine=args.engine)
+    import warnings
+
+    from dvasim.errors import IncompleteRunWarning
+
+    with warnings.catch_warnings():  # an incomplete run is reported below, as an error line
+        warnings.simplefilter("ignore", IncompleteRunWarning)
+        result = run(args.config, overrides=args.set, progress=args.progress or None, engine=args.engine)
     out = write_outputs(result, args.out, figure=not args.no_figure)
     print(f"dvasim run {args.config}: results in {out}/")
     print_summary(result.summary)

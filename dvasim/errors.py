@@ -28,3 +28,7 @@ class TableError(DvasimError):
 
 class WorkloadError(DvasimError):
     """A workload (arrivals, input sizes) is invalid."""
+
+
+class IncompleteRunWarning(RuntimeWarning):
+    """A simulation ended with queries that never finished (the result's ``stuck`` says where they waited)."""

@@ -158,5 +158,12 @@ def test_a_failing_policy_keeps_every_record(tmp_path):
         df = pd.read_csv(out / "queries.csv")
         assert len(df) == 400 and 0 < df["finish_ms"].notna().sum() < 400
         assert "policy bug" in json.loads((out / "summary.json").read_text())["stuck"]
+        # the Python API returns the partial result too, and says so with a warning
+        import dvasim
+        from dvasim.errors import IncompleteRunWarning
+
+        with pytest.warns(IncompleteRunWarning, match="policy bug"):
+            r = dvasim.run(ROOT / "configs/default.toml", overrides=["policy.name=broken-after-50", *SMALL])
+        assert r.stuck and r.summary["n_completed"] < r.summary["n_queries"]
     finally:
         _REGISTRY.pop("broken-after-50", None)
