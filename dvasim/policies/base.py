@@ -169,6 +169,13 @@ class Policy(ABC):
         return [self.pending.popleft() for _ in range(min(n, len(self.pending)))]
 
 
+def time_eps(now: float) -> float:
+    """The tolerance of a comparison between simulated times near ``now`` (ms): 1e-9 ms, or 16 units in the last
+    place of ``now`` where the clock's float spacing is coarser (beyond about 1.7e7 ms, 4.7 simulated hours), so
+    that a deadline computed as ``seen + window`` is met by the clock that reaches it, at any magnitude."""
+    return max(1e-9, 16.0 * math.ulp(now))
+
+
 def check_positive_int(field: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(field, f"must be an integer >= {minimum}, got {value!r}")

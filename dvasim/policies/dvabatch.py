@@ -59,6 +59,7 @@ from dvasim.policies.base import (
     check_nonneg_number,
     check_positive_int,
     register,
+    time_eps,
 )
 
 KINDS = ("input", "operator", "load")
@@ -305,9 +306,9 @@ class DVABatch(Policy):
         # Policy I: batches enter independently; the window only bounds the wait while the first stage is busy.
         # Otherwise a new batch waits for a free first stage (and, with a window, for the window or a full batch).
         if self.use_input:
-            go = free or full or now - self.pending[0].seen >= self.window() - EPS
+            go = free or full or now - self.pending[0].seen >= self.window() - time_eps(now)
         else:
-            go = free and (full or now - self.pending[0].seen >= self.window() - EPS)
+            go = free and (full or now - self.pending[0].seen >= self.window() - time_eps(now))
         if not go:
             return ops
         batch = self.take(min(n, room, self.max_batch_size))
@@ -326,7 +327,7 @@ class DVABatch(Policy):
             return None
         processed = 0.0 if math.isnan(latest.first_start) else now - latest.first_start
         room = self.max_batch_size - latest.bs
-        if room <= 0 or processed > self.t_comp_wait_ms + EPS:
+        if room <= 0 or processed > self.t_comp_wait_ms + time_eps(now):
             return None
         queries = self.take(room)
         splittable = False
@@ -342,7 +343,7 @@ class DVABatch(Policy):
             w = self.window()
             if w > 0:
                 t = self.pending[0].seen + w
-                return t if t > now + EPS else math.inf
+                return t if t > now + time_eps(now) else math.inf
         return math.inf
 
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 import math
 
 from dvasim.errors import ConfigError
-from dvasim.policies.base import New, Policy, check_nonneg_number, check_positive_int, register
+from dvasim.policies.base import New, Policy, check_nonneg_number, check_positive_int, register, time_eps
 
-EPS = 1e-9
 
 
 class TritonDynamicBatcher(Policy):
@@ -67,7 +66,7 @@ class TritonDynamicBatcher(Policy):
         fitting = [p for p in self.preferred_batch_size if p <= n]
         if fitting:
             return fitting[-1]
-        if n and now - self.pending[0].seen >= self.max_queue_delay_ms - EPS:
+        if n and now - self.pending[0].seen >= self.max_queue_delay_ms - time_eps(now):
             return n
         return 0
 

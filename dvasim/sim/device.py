@@ -96,18 +96,25 @@ class Device:
             self.busy_time += dt
         self._last = now
 
+    def _tolerance(self, job: _Job, rate: float) -> float:
+        """Remaining work that counts as done: 1e-9 of the job, or what the clock cannot resolve at this time
+        (16 units in the last place of ``now``, times the job's rate), so a timer always advances the clock."""
+        return max(1e-9 * max(1.0, job.work), rate * 16.0 * math.ulp(self.env.now))
+
     def _reschedule(self) -> None:
         # finish every job that is done (to rounding), then arm a timer for the next finish
-        jobs = self.jobs
-        if any(j.remaining <= 1e-9 * max(1.0, j.work) for j in jobs):
-            done = [j for j in jobs if j.remaining <= 1e-9 * max(1.0, j.work)]
-            self.jobs = jobs = [j for j in jobs if j.remaining > 1e-9 * max(1.0, j.work)]
-            for j in done:
-                j.event.succeed()
+        while True:
+            jobs = self.jobs
+            rates = self._rates()
+            done = [k for k, (j, r) in enumerate(zip(jobs, rates)) if j.remaining <= self._tolerance(j, r)]
+            if not done:
+                break
+            self.jobs = [j for k, j in enumerate(jobs) if k not in done]
+            for k in done:
+                jobs[k].event.succeed()
         self._gen += 1
         if not jobs:
             return
-        rates = self._rates()
         nxt = min((j.remaining / r for j, r in zip(jobs, rates) if r > 0), default=math.inf)
         gen = self._gen
         timer = self.env.timeout(max(nxt, 0.0))
@@ -118,6 +125,6 @@ class Device:
             return  # superseded by a later start or finish
         self._advance()
         for j, r in zip(self.jobs, self._rates()):
-            if r > 0 and j.remaining / r <= 1e-9 * max(1.0, j.work):
+            if r > 0 and j.remaining / r <= max(1e-9 * max(1.0, j.work), 16.0 * math.ulp(self.env.now)):
                 j.remaining = 0.0
         self._reschedule()
