@@ -37,10 +37,9 @@ def print_summary(summary: dict, file=sys.stdout) -> None:
 
 
 def cmd_run(args) -> int:
-    from dvasim.api import run, write_outputs
-
     import warnings
 
+    from dvasim.api import run, write_outputs
     from dvasim.errors import IncompleteRunWarning
 
     with warnings.catch_warnings():  # an incomplete run is reported below, as an error line

@@ -20,7 +20,6 @@ from dvasim.errors import ConfigError
 from dvasim.policies.base import New, Policy, check_nonneg_number, check_positive_int, register, time_eps
 
 
-
 class TritonDynamicBatcher(Policy):
     params = {
         "max_batch_size": "largest batch the batcher forms",
