@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dvasim.errors import DvasimError
+from dvasim.errors import DvasimError, OneLineParser, check_out_dir
 
 
 def _fmt(v) -> str:
@@ -42,6 +42,7 @@ def cmd_run(args) -> int:
     from dvasim.api import run, write_outputs
     from dvasim.errors import IncompleteRunWarning
 
+    check_out_dir(args.out)
     with warnings.catch_warnings():  # an incomplete run is reported below, as an error line
         warnings.simplefilter("ignore", IncompleteRunWarning)
         result = run(args.config, overrides=args.set, progress=args.progress or None, engine=args.engine)
@@ -65,8 +66,20 @@ def add_config_arguments(p: argparse.ArgumentParser, config_help: str) -> None:
     p.add_argument("--no-figure", action="store_true", help="do not write latency.png")
 
 
+def version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("dvasim")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("--version", "-V"):
+        print(f"dvasim {version()}")
+        return 0
     if argv and argv[0] == "compare":
         from dvasim.compare import main as compare_main
 
@@ -95,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return (cli_replay if argv[0] == "replay" else cli_validate)(argv[1:])
-    parser = argparse.ArgumentParser(prog="dvasim", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="dvasim", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", "-V", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="simulate one config")
     add_config_arguments(p, "TOML config file")
@@ -109,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("profile", help="profile a model's stages into a latency table (needs torch); see dvasim profile -h")
     sub.add_parser("replay", help="replay a config on real torch execution (needs torch); see dvasim replay -h")
     sub.add_parser("validate", help="simulate and replay a config, write fidelity.json (needs torch)")
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         return args.func(args)
     except DvasimError as e:
         print(f"dvasim: error: {e}", file=sys.stderr)

@@ -4,7 +4,6 @@ that reduction comes from (DVABatch's cumulative ablations) and how Triton with 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from dvasim import study
+from dvasim.errors import OneLineParser, check_out_dir
 
 PAPER = {  # the paper's average reductions (§8.2), for the printout
     "mean_latency_ms": {"zerobatch": (16.1, 39.0, 57.7), "delaybatch": (35.4, 47.3, 48.5)},
@@ -20,7 +20,7 @@ PAPER = {  # the paper's average reductions (§8.2), for the printout
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="dvasim compare", description=__doc__.split("\n")[0])
+    ap = OneLineParser(prog="dvasim compare", description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(study.MODELS), help="comma-separated model names")
     ap.add_argument("--device", default="titanrtx", help="titanrtx | a100 | h100 | cpu")
     ap.add_argument("--queries", type=int, default=5000, help="queries per (model, load, policy) run")
@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in study.MODELS]
-    if unknown:
-        print(f"dvasim compare: error: --models: unknown {unknown[0]!r}; allowed: {', '.join(study.MODELS)}",
-              file=sys.stderr)
+    if unknown or not models:
+        what = f"unknown {unknown[0]!r}" if unknown else "no model given"
+        print(f"dvasim compare: error: --models: {what}; allowed: {', '.join(study.MODELS)}", file=sys.stderr)
         return 2
     labels = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
     unknown = [p for p in labels if p not in study.VARIANT_BY_LABEL]
@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.queries < 100 or args.workers < 1:
         print("dvasim compare: error: --queries must be >= 100 and --workers >= 1", file=sys.stderr)
         return 2
+    if args.seed < 0:
+        print(f"dvasim compare: error: --seed: must be an integer >= 0, got {args.seed}", file=sys.stderr)
+        return 2
+    check_out_dir(args.out)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -69,14 +69,30 @@ REPLAY_KEYS = {"modules": 'how the replay runs the stage modules: "auto" (CUDA g
                           'CPU), "cudagraph", "torchscript" (traced and frozen) or "eager"'}
 
 
+# sizes a run can hold: every buffer pair and instance is state the engine keeps (and a real GPU memory)
+MAX_BUFFER_PAIRS = 64
+MAX_INSTANCES = 64
+MAX_CORES = 4096
+
+
+def _count(eng: dict[str, Any], key: str, limit: int) -> None:
+    v = eng[key]
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= limit:
+        raise ConfigError(f"engine.{key}", f"must be an integer in 1..{limit}, got {v!r}")
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError("config", f"file {str(p)!r} not found; give the path of a TOML config")
     try:
-        data = tomllib.loads(p.read_text())
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError("config", f"{p}: not UTF-8 text (byte {e.start}); save the config as UTF-8") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("config", f"{p}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise ConfigError("config", f"{p}: nested too deeply to read; flatten its tables and arrays") from None
     data.setdefault("_base_dir", str(p.resolve().parent))
     return data
 
@@ -175,15 +191,9 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     if not cfg["workload"]:
         raise ConfigError("workload", 'missing section; e.g. [workload] kind = "poisson", rate_qps = 100, n_queries = 1000')
     eng = cfg["engine"]
-    bp = eng["buffer_pairs"]
-    if isinstance(bp, bool) or not isinstance(bp, int) or bp < 1:
-        raise ConfigError("engine.buffer_pairs", f"must be an integer >= 1, got {bp!r}")
-    cores = eng["cores"]
-    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-        raise ConfigError("engine.cores", f"must be an integer >= 1, got {cores!r}")
-    ins = eng["instances"]
-    if isinstance(ins, bool) or not isinstance(ins, int) or ins < 1:
-        raise ConfigError("engine.instances", f"must be an integer >= 1, got {ins!r}")
+    _count(eng, "buffer_pairs", MAX_BUFFER_PAIRS)
+    _count(eng, "cores", MAX_CORES)
+    _count(eng, "instances", MAX_INSTANCES)
     from dvasim.sim.device import MODES
 
     if eng["sharing"] not in MODES:

@@ -5,6 +5,8 @@ The CLI prints them as one line and exits with status 2, without a traceback.
 
 from __future__ import annotations
 
+import argparse
+
 
 class DvasimError(Exception):
     """Base class for user-facing errors (bad config, bad table, bad input)."""
@@ -32,3 +34,36 @@ class WorkloadError(DvasimError):
 
 class IncompleteRunWarning(RuntimeWarning):
     """A simulation ended with queries that never finished (the result's ``stuck`` says where they waited)."""
+
+
+class UsageError(DvasimError):
+    """A command-line argument is missing, unknown or malformed."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line (a :class:`UsageError` naming the flag), not usage + message."""
+
+    def error(self, message):
+        field = "arguments"
+        for word in str(message).replace(",", " ").split():
+            if word.startswith("-"):
+                field = word.rstrip(":")
+                break
+        raise UsageError(field, f"{message} (see {self.prog} -h)")
+
+
+def check_out_dir(path, field: str = "--out") -> None:
+    """Refuse an output directory that cannot be made or written, before any work starts."""
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(field, f"{str(p)!r} exists and is not a directory; give a directory path")
+    probe = p
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(field, f"{str(probe)!r} is a file, so {str(p)!r} cannot be a directory; give another path")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(field, f"{str(probe)!r} is not writable; give a directory you can write to")

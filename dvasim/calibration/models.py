@@ -16,6 +16,7 @@ per-stage table as it is.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,13 +100,24 @@ def resolve_model(model_cfg: dict[str, Any]) -> ResolvedModel:
                                               f"{name}), got {stages!r}")
         kwargs["n_stages"] = stages
     elif given[0] == "cuts":
-        kwargs["cuts"] = model_cfg["cuts"]
+        cuts = model_cfg["cuts"]
+        if not isinstance(cuts, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in cuts):
+            raise ConfigError("model.cuts", f"must be a list of operator indices (integers), e.g. [0, 20, 40]; "
+                                            f"got {cuts!r}")
+        kwargs["cuts"] = cuts
     else:
-        kwargs["ratios"] = model_cfg["ratios"]
+        ratios = model_cfg["ratios"]
+        if not isinstance(ratios, list) or not all(
+                isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) for r in ratios):
+            raise ConfigError("model.ratios", f"must be a list of numbers, e.g. [0.5, 0.5]; got {ratios!r}")
+        kwargs["ratios"] = ratios
     from dvasim.calibration.slicing import stage_table
 
-    table = stage_table(op_table, at_batch_size=model_cfg.get("slice_batch_size", 1), name=f"{name}_{device}",
-                        **kwargs)
+    sbs = model_cfg.get("slice_batch_size", 1)
+    if isinstance(sbs, bool) or not isinstance(sbs, int) or not 1 <= sbs <= op_table.max_batch_size:
+        raise ConfigError("model.slice_batch_size", f"must be an integer batch size in 1..{op_table.max_batch_size} "
+                                                    f"(the operator table's), got {sbs!r}")
+    table = stage_table(op_table, at_batch_size=sbs, name=f"{name}_{device}", **kwargs)
     bounds = _parse_bounds(table.provenance.get("slicing", ""))
     return ResolvedModel(table, name, device, "small" if device == "cpu" else "full", bounds, op_table)
 

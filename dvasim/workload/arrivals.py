@@ -38,11 +38,18 @@ def _check_rate(name: str, value) -> float:
     return float(value)
 
 
+# one run keeps every query's record in memory (about 1.6 KB a query): 20 million is ~32 GB at most
+MAX_QUERIES = 20_000_000
+
+
 def _check_count(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ConfigError(f"workload.{name}", f"must be an integer > 0, got {value!r}")
     if value <= 0:
         raise ConfigError(f"workload.{name}", f"must be an integer > 0, got {value!r}")
+    if value > MAX_QUERIES:
+        raise ConfigError(f"workload.{name}", f"at most {MAX_QUERIES:,} in one run (every query's record is kept "
+                                              f"in memory, ~1.6 KB each), got {value:,}; split the study into runs")
     return int(value)
 
 

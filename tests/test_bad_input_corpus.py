@@ -1,0 +1,99 @@
+"""A corpus of bad inputs found by fuzzing (issue 11): each must give one line naming the field and the fix,
+exit status 2, no traceback, and nothing written -- checked before any simulation starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dvasim.cli import main
+from tests.test_cli import assert_one_line_error
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = str(ROOT / "configs/default.toml")
+NAMED = '[model]\nname = "vgg19"\ndevice = "titanrtx"\n[policy]\nname = "zerobatch"\nmax_batch_size = 8\n' \
+        '[workload]\nkind = "poisson"\nrate_qps = 50\nn_queries = 100\n'
+
+
+@pytest.fixture
+def named(tmp_path):
+    p = tmp_path / "named.toml"
+    p.write_text(NAMED)
+    return str(p)
+
+
+def run_cli(argv, capsys):
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override,field", [
+    ("model.cuts=5", "model.cuts"),
+    ("model.ratios=[true]", "model.ratios"),
+    ("model.slice_batch_size=nan", "model.slice_batch_size"),
+    ("model.slice_batch_size=2.5", "model.slice_batch_size"),
+    ('model.slice_batch_size="1"', "model.slice_batch_size"),
+    ("model.slice_batch_size=true", "model.slice_batch_size"),
+    ("workload.n_queries=1000000000000000", "workload.n_queries"),
+    ("engine.buffer_pairs=4611686018427387904", "engine.buffer_pairs"),
+    ("engine.instances=4611686018427387904", "engine.instances"),
+])
+def test_bad_values_are_refused_before_any_work(override, field, named, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, err = run_cli(["run", named, "--out", str(out), "--set", override], capsys)
+    assert_one_line_error(code, err, field)
+    assert not out.exists()
+
+
+def test_sizes_beyond_the_machine_state_the_limit(named, tmp_path, capsys):
+    code, err = run_cli(["run", named, "--out", str(tmp_path / "o"), "--set", "workload.n_queries=10**15"], capsys)
+    assert_one_line_error(code, err)  # not a TOML value
+    code, err = run_cli(["run", named, "--out", str(tmp_path / "o"), "--set", "engine.instances=65"], capsys)
+    assert_one_line_error(code, err, "engine.instances", "1..64")
+
+
+def test_unreadable_configs(tmp_path, capsys):
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b'[model]\ntable = "caf\xe9.csv"\n')
+    code, err = run_cli(["run", str(bad), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "config", "UTF-8")
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 3000 + "]" * 3000 + "\n")
+    code, err = run_cli(["run", str(deep), "--out", str(tmp_path / "o")], capsys)
+    assert_one_line_error(code, err, "config", "nested")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+@pytest.mark.parametrize("where", ["file", "below-file", "/dev/null"])
+def test_out_that_cannot_be_a_directory(command, where, tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("keep me")
+    out = {"file": str(f), "below-file": str(f / "sub"), "/dev/null": "/dev/null"}[where]
+    argv = ["run", CONFIG, "--out", out] if command == "run" else ["compare", "--quick", "--out", out]
+    code, err = run_cli(argv, capsys)
+    assert_one_line_error(code, err, "--out")
+    assert f.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["compare", "--models", ""], "--models"),
+    (["compare", "--seed", "-1"], "--seed"),
+    (["compare", "--bogus"], "--bogus"),
+    (["compare", "--queries", "many"], "--queries"),
+    ([], "command"),
+    (["run"], "required"),
+    (["frobnicate"], "invalid choice"),
+    (["run", CONFIG, "--out", "x", "--nope"], "--nope"),
+])
+def test_usage_errors_are_one_line(argv, field, capsys):
+    code, err = run_cli(argv, capsys)
+    assert_one_line_error(code, err, field)
+
+
+def test_version(capsys):
+    from importlib import metadata
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"dvasim {metadata.version('dvasim')}"
