@@ -74,3 +74,40 @@ def test_single_arrivals_at_random_times_all_finish():
         tol = 32 * math.ulp(t) + 1e-9
         assert r.queries["s0_start_ms"].iloc[0] - t == pytest.approx(w, abs=tol)
         assert r.queries["latency_ms"].iloc[0] == pytest.approx(w + model_ms, abs=tol)
+
+
+def test_watchdog_stops_a_livelock():
+    """A process that re-arms itself at the same instant (what the old absolute tolerances did far from time 0)
+    never lets the clock advance: the watchdog stops it with the pipeline's description."""
+    import simpy
+
+    from dvasim.sim.engine import SimulationStuck, _run_watched
+
+    env = simpy.Environment()
+
+    def ticker():
+        yield env.timeout(5.0)
+        while True:
+            yield env.timeout(1e-12)  # below the clock's resolution at 2.7e7 ms: no progress
+            if env.now > 1.0:
+                yield env.timeout(0.0)
+
+    def far():
+        yield env.timeout(27_366_700.0)
+        env.process(ticker())
+
+    class Stub:
+        def stuck_report(self):
+            return "executors=['working'] buffers=[['inreading']]"
+
+    env.process(far())
+    with pytest.raises(SimulationStuck, match=r"no progress in simulated time for 10,000 events at 27366705\.0+ ms"):
+        _run_watched(env, Stub(), 10_000)
+
+
+def test_watchdog_leaves_normal_runs_alone():
+    """Many events at one instant are fine below the limit (a burst of 2,000 queries at time 0)."""
+    cfg = {"model": {"table": TABLE}, "policy": {"name": "zerobatch", "max_batch_size": 1},
+           "workload": {"kind": "explicit", "arrivals_ms": [0.0] * 2000}}
+    r = dvasim.run(cfg, progress=False)
+    assert r.stuck is None and r.summary["n_completed"] == 2000

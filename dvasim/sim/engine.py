@@ -32,6 +32,26 @@ class SimResult:
     stuck: str | None = None  # description of the pipeline if some queries never finished
 
 
+class SimulationStuck(RuntimeError):
+    """The simulated clock stopped advancing (see :func:`simulate`'s watchdog)."""
+
+
+def _run_watched(env: simpy.Environment, pipeline: Pipeline, limit: int) -> None:
+    """``env.run()``, stopping with :class:`SimulationStuck` when ``limit`` events in a row leave the clock where
+    it was."""
+    step, peek = env.step, env.peek
+    t_prev, same = env.now, 0
+    while peek() != math.inf:
+        step()
+        if env.now != t_prev:
+            t_prev, same = env.now, 0
+            continue
+        same += 1
+        if same > limit:
+            raise SimulationStuck(f"no progress in simulated time for {limit:,} events at {env.now:.6f} ms; "
+                                  + pipeline.stuck_report())
+
+
 def simulate(
     pipeline: Pipeline,
     arrivals_ms,
@@ -50,6 +70,7 @@ def simulate(
     fail_soft: bool = False,
     cores: int = 2,
     host=None,
+    watchdog_events: int = 1_000_000,
 ) -> SimResult:
     """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
 
@@ -58,7 +79,9 @@ def simulate(
     arrival times are then ignored and replaced by the times the queries were sent).
 
     An interrupt (Ctrl-C) stops the run and returns what was collected; with ``fail_soft`` so does any error
-    (the result's ``stuck`` says what happened).
+    (the result's ``stuck`` says what happened). A watchdog stops a run whose clock has not advanced for
+    ``watchdog_events`` events in a row (a livelock: something re-arming itself at the same instant) with
+    :class:`SimulationStuck`, naming the executors' states, the queues and the buffers.
 
     ``launch_overhead_ms`` delays every stage launch; with ``sharing = "cores"`` it is CPU work done on the cores.
     ``service_cv > 0`` makes every execution's time random around the table's: the table time times a
@@ -242,7 +265,7 @@ def simulate(
     failure = None
     try:
         if until_ms is None:
-            env.run()
+            _run_watched(env, pipeline, watchdog_events)
         else:
             env.run(until=until_ms)
     except KeyboardInterrupt:
