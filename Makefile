@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 OUT    ?= results/compare
 
-.PHONY: run run-one test test-slow bench lint clean
+.PHONY: run run-one test test-slow fuzz bench lint clean
 
 $(VENV)/.stamp-run: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(VENV)/.stamp-dev
 
 test-slow: $(VENV)/.stamp-dev
 	$(PY) -m pytest -q -m slow
+
+fuzz: $(VENV)/.stamp-dev
+	DVASIM_FUZZ_EXAMPLES=2000 $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py tests/test_bad_input_corpus.py \
+		tests/test_long_time.py --hypothesis-show-statistics
 
 bench: $(VENV)/.stamp-run
 	$(PY) benchmarks/bench_sim.py
