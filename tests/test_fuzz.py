@@ -11,6 +11,7 @@ For every scenario:
   ``test_pipeline_properties``);
 * throughput never exceeds the table's bound: every stage executor of every instance serves one batch at a time,
   so over the run's span at most ``instances x min over stages of max over b of b / T_s(b)`` queries per ms;
+* with one buffer pair, no two executions of an instance overlap (the serial manner, stretch included);
 * a rerun of the same scenario gives identical records.
 
 ``make test`` runs a short version (``DVASIM_FUZZ_EXAMPLES``, default 60 scenarios); ``make fuzz`` runs 2,000.
@@ -102,7 +103,8 @@ def simulate_scenario(sc, monitor: bool):
                     qos_target_ms=200.0, input_lengths=lens if sc["tokens"] else None)
     mon = Monitor(pipe, params["max_batch_size"]) if monitor else None
     execs = []
-    pipe.on_finish.append(lambda ex: execs.append((ex.stage, ex.batch_size, ex.seq_len, ex.start, ex.end)))
+    pipe.on_finish.append(lambda ex: execs.append((ex.stage, ex.batch_size, ex.seq_len, ex.start, ex.end,
+                                                   ex.lane)))
     closed = sc["clients"] if sc["load"] == "closed" else None
     res = simulate(pipe, arrivals, lens, sharing=sc["sharing"], closed_clients=closed, cores=2)
     return table, res, mon, execs
@@ -127,10 +129,14 @@ def test_invariants_hold_in_random_scenarios(sc):
         assert times == sorted(times) and q.finish == times[-1] and q.stage_start[0] >= q.arrival
         assert q.exit_batch_size <= max_bs
     clock = max(1e-9, 64 * math.ulp(max(abs(sc["offset"]), 1.0) * 2))
-    for stage, b, L, start, end in execs:
+    for stage, b, L, start, end, _ in execs:
         assert b <= max_bs
         want = table.latency(stage, b, L if sc["tokens"] else None)
         assert end - start >= want * (1 - 1e-9) - clock, (stage, b, end - start, want)
+    if sc["pairs"] == 1:  # one buffer pair: one stage at a time in each instance (§6.2), stretch included
+        for lane in range(sc["instances"]):
+            spans = sorted((a, b) for *_, a, b, ln in execs if ln == lane)
+            assert all(b0 >= a1 - clock for (_, a1), (b0, _) in zip(spans, spans[1:]))
     # throughput bound: each stage executor of each instance serves one batch at a time
     best = min(max(b / table.latency(s, b, min(LENS) if sc["tokens"] else None) for b in BATCHES if b <= max_bs)
                for s in range(n_st))

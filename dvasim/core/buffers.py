@@ -21,6 +21,8 @@ Two refinements the paper leaves implicit, both needed to keep data safe and the
   pipeline; no fresh batch takes a held pair.
 * **stretch**: the newcomers of a stretched batch occupy rows of the batch's own buffer pair that no one else
   reads or writes, so while they catch up the pair only needs to be free of running executions, not available.
+  With a single buffer pair the whole pair must be free (no execution at any stage), so one pair means one stage
+  at a time even under stretch (§6.2's serial manner).
 """
 
 from __future__ import annotations
@@ -53,18 +55,30 @@ class BufferPairs:
         # pairs held by the sub-batches of a serial split: no fresh batch takes them at the first stage
         self.held = [0] * n_pairs
 
+    def _pair_busy(self, slot: int) -> bool:
+        return any(row[slot] in BUSY for row in self.state)
+
     def legitimate(self, stage: int, slot: int) -> bool:
-        """Pair ``slot`` of executor ``stage``: input available, output available or invalid."""
+        """Pair ``slot`` of executor ``stage``: input available, output available or invalid (and, with a single
+        pair, no execution anywhere on it: a stretch's catch-up must not run beside its batch)."""
+        if self.n_pairs == 1 and self._pair_busy(slot):
+            return False
         return self.state[stage][slot] is BufferState.AVAILABLE and self.state[stage + 1][slot] in (
             BufferState.AVAILABLE,
             BufferState.INVALID,
         )
 
     def usable_for_catch_up(self, stage: int, slot: int) -> bool:
-        """Catch-up rows of a stretched batch need only that no execution is using the pair's buffers."""
+        """Catch-up rows of a stretched batch need only that no execution is using the pair's buffers -- with one
+        buffer pair, no buffer of it at any boundary (the serial manner of §6.2: one stage at a time, so the
+        newcomers catch up while the batch's first queries wait, never beside them)."""
+        if self.n_pairs == 1:
+            return not self._pair_busy(slot)
         return self.state[stage][slot] not in BUSY and self.state[stage + 1][slot] not in BUSY
 
     def any_legitimate(self, stage: int) -> bool:
+        if self.n_pairs == 1:
+            return self.legitimate(stage, 0)
         inp, out = self.state[stage], self.state[stage + 1]
         for j in range(self.n_pairs):
             if inp[j] is BufferState.AVAILABLE and (out[j] is BufferState.AVAILABLE or out[j] is BufferState.INVALID):
