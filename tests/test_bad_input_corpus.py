@@ -97,3 +97,34 @@ def test_version(capsys):
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"dvasim {metadata.version('dvasim')}"
+
+
+KEYS = ["model.stages", "model.cuts", "model.ratios", "model.slice_batch_size", "model.device", "model.name",
+        "policy.max_batch_size", "policy.max_queue_delay_ms", "policy.t_comp_wait_ms", "policy.t_comp_wait_frac",
+        "policy.split_factor", "policy.split_manner", "policy.policies", "policy.max_clusters",
+        "policy.preferred_batch_size", "workload.rate_qps", "workload.n_queries", "workload.seed",
+        "workload.start_ms", "workload.kind", "workload.seq_len", "workload.seq_len_dist", "engine.buffer_pairs",
+        "engine.instances", "engine.sharing", "engine.cores", "engine.corun_slowdown", "engine.launch_overhead_ms",
+        "engine.admission_delay_ms", "engine.service_cv", "qos.target_ms"]
+VALUES = ["0", "-1", "1e400", "nan", "inf", "-inf", "2.5", "true", '"x"', '"1"', "[]", "[true]", "[1,2]",
+          "[0.5,0.5]", "{a=1}", "5", "65", "1e9", "2**3", "[[1]]", '"glue:RTE"', '"poisson"']
+
+
+def test_random_bad_overrides_never_escape(named, tmp_path, capsys):
+    """Random (mostly bad) --set values on every key: the run either works (0), or fails one line with status
+    2 and writes nothing. ``make fuzz`` runs 2,000 of them, ``make test`` 60."""
+    import os
+    import random
+
+    rng = random.Random(7)
+    n = int(os.environ.get("DVASIM_FUZZ_EXAMPLES", "60"))
+    for i in range(n):
+        sets = [f"{rng.choice(KEYS)}={rng.choice(VALUES)}" for _ in range(rng.randint(1, 2))]
+        out = tmp_path / f"o{i}"
+        code = main(["run", rng.choice([CONFIG, named]), "--out", str(out), "--no-figure",
+                     "--set", "workload.n_queries=50", *sum([["--set", s] for s in sets], [])])
+        err = capsys.readouterr().err
+        assert code in (0, 2), (sets, code, err)
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (sets, err)
+            assert not out.exists(), sets

@@ -42,7 +42,7 @@ def test_far_from_time_zero_every_query_comes_back_unchanged(policy, sharing, of
     assert far.queries["latency_ms"].to_numpy() == pytest.approx(near.queries["latency_ms"].to_numpy(), abs=tol)
 
 
-@pytest.mark.parametrize("policy", POLICIES[1:3], ids=["delaybatch", "dvabatch"])
+@pytest.mark.parametrize("policy", POLICIES, ids=["zerobatch", "delaybatch", "dvabatch", "dvabatch-split"])
 def test_a_month_of_sparse_poisson_traffic(policy):
     days = 30
     n = 600
