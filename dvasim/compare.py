@@ -100,8 +100,7 @@ def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, 
                   f"vs DelayBatch {row.iloc[1]:6.1f}% | {pdl:4.1f}%", file=file)
 
 
-SHARE_NAMES = {"share_multientry_pp": "multi-entry", "share_stretch_pp": "stretch", "share_split_pp": "split",
-               "share_input_pp": "input clust.", "share_rest_pp": "rest"}
+SHARE_NAMES = study.SHARE_NAMES
 X2_NAMES = {"zerobatch-x2": "ZeroBatch", "delaybatch-x2": "DelayBatch"}
 
 

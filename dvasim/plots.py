@@ -33,6 +33,18 @@ def latency_figure(df: pd.DataFrame, path: str | Path, title: str = "", qos_targ
     return save_figure(fig, path, title)
 
 
+def model_panels(models: list, width: float, height: float):
+    """A figure with one panel per model, at most three a row: ``(plt, sns, fig, axes)`` (axes 2-D); the unused
+    panels are hidden."""
+    plt, sns = _plt()
+    ncol = min(3, len(models))
+    nrow = -(-len(models) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(width * ncol, height * nrow), squeeze=False)
+    for ax in list(axes.flat)[len(models):]:
+        ax.set_visible(False)
+    return plt, sns, fig, axes
+
+
 def save_figure(fig, path: str | Path, title: str = "") -> Path:
     """Title, lay out, write (110 dpi) and close ``fig``; returns the path."""
     plt, _ = _plt()
@@ -65,8 +77,6 @@ _EXTRA = ("#937860", "#8c8c8c", "#ccb974", "#64b5cd", "#da8bc3")
 SHARE_COLOURS = {"share_multientry_pp": PALETTE["dva-multientry"], "share_stretch_pp": PALETTE["dva+stretch"],
                  "share_split_pp": PALETTE["dva+split"], "share_input_pp": PALETTE["dva+input"],
                  "share_rest_pp": PALETTE["dvabatch"]}
-SHARE_LABELS = {"share_multientry_pp": "multi-entry", "share_stretch_pp": "stretch", "share_split_pp": "split",
-                "share_input_pp": "input clustering", "share_rest_pp": "rest (policy choice, window)"}
 
 
 def policy_order(labels) -> list[str]:
@@ -102,13 +112,12 @@ def policy_bars(results: pd.DataFrame, metric: str, path: str | Path, title: str
 def attribution_bars(att: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     """The attribution (:func:`dvasim.study.attribution`): per model and load, the shares of DVABatch's reduction
     against DelayBatch stacked (gains up, losses down; points of DelayBatch's mean), the total as a black tick."""
-    plt, _ = _plt()
+    from dvasim.study import SHARE_NAMES
+
     models = list(dict.fromkeys(att["model"]))
+    plt, _, fig, axes = model_panels(models, 3.6, 2.9)
     loads = [x for x in ("low", "medium", "high") if x in set(att["load"])]
     shares = [c for c in SHARE_COLOURS if c in att.columns and att[c].notna().any()]
-    ncol = min(3, len(models))
-    nrow = -(-len(models) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 2.9 * nrow), squeeze=False)
     for ax, model in zip(axes.flat, models):
         g = att[att["model"] == model].set_index("load").reindex(loads)
         up = [0.0] * len(loads)
@@ -116,14 +125,12 @@ def attribution_bars(att: pd.DataFrame, path: str | Path, title: str = "") -> Pa
         for c in shares:
             vals = g[c].fillna(0.0).tolist()
             bottoms = [u if v >= 0 else d for v, u, d in zip(vals, up, down)]
-            ax.bar(loads, vals, bottom=bottoms, color=SHARE_COLOURS[c], label=SHARE_LABELS[c], width=0.6)
+            ax.bar(loads, vals, bottom=bottoms, color=SHARE_COLOURS[c], label=SHARE_NAMES[c], width=0.6)
             up = [u + max(v, 0.0) for v, u in zip(vals, up)]
             down = [d + min(v, 0.0) for v, d in zip(vals, down)]
         ax.scatter(loads, g["reduction_%"], marker="_", s=400, color="black", zorder=3, label="total")
         ax.axhline(0.0, color="black", lw=0.6)
         ax.set(title=model, xlabel="load", ylabel="points of DelayBatch's mean")
-    for ax in list(axes.flat)[len(models):]:
-        ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), frameon=False)
     if title:

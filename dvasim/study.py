@@ -393,6 +393,9 @@ def attribution(results: pd.DataFrame, metric: str = "mean_latency_ms",
 
 
 SHARE_COLUMNS = tuple(f"share_{s}_pp" for s, _ in ATTRIBUTION_STEPS)
+# short names of the attribution's steps, for tables and legends
+SHARE_NAMES = {"share_multientry_pp": "multi-entry", "share_stretch_pp": "stretch", "share_split_pp": "split",
+               "share_input_pp": "input clust.", "share_rest_pp": "rest"}
 
 
 class _NoBar:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from dvasim import study
+from dvasim.plots import model_panels  # noqa: F401  (the scripts' panel grid: common.model_panels)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ALL_MODELS = tuple(study.MODELS)
@@ -223,13 +224,6 @@ def plt_sns():
     return _plt()
 
 
-def model_panels(models: list, width: float, height: float):
-    """A figure with one panel per model, at most three a row: ``(plt, sns, fig, axes)`` (axes 2-D)."""
-    plt, sns = plt_sns()
-    ncol = min(3, len(models))
-    nrow = -(-len(models) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(width * ncol, height * nrow), squeeze=False)
-    return plt, sns, fig, axes
 
 
 class Stopwatch:

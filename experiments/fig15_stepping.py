@@ -111,8 +111,6 @@ def plot_stepping(q: pd.DataFrame, path: Path) -> None:
         ax2.set_yscale("log")
         ax2.set_ylabel("offered load (QPS)")
         ax2.grid(False)
-    for ax in axes.flat[len(models):]:
-        ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=len(POLICIES), markerscale=6)
     fig.tight_layout(rect=(0, 0, 1, 0.95))

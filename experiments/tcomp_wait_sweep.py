@@ -270,8 +270,6 @@ def plot(df: pd.DataFrame, path: Path) -> None:
         ax.minorticks_off()
         ax.set(title=model, xlabel="T_comp_wait / batch-1 latency (t_comp_wait_frac)",
                ylabel="mean latency / no-stretch mean")
-    for ax in list(axes.flat)[len(models):]:
-        ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

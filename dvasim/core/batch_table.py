@@ -235,12 +235,7 @@ class BatchTable:
         del self.rows[bid]
         # a batch that may be split stays so (§5.2.2): a split sub-batch's rows are followed by its siblings' rows,
         # so it must never be stretched
-        child = Batch(self._new_id(), b.queries, b.created, self.n_stages, splittable=splittable or b.splittable,
-                      slot=b.slot, row_offset=b.row_offset, lane=b.lane, parent=bid, first_start=b.first_start)
-        for k in range(stage + 1):
-            child.status_map[k] = b.bs
-            child.issued[k] = b.bs
-        child.issued[stage + 1] = b.bs
+        child = self._continuation(b, b.queries, b.row_offset, stage, splittable=splittable or b.splittable)
         # it becomes the latest batch only if no batch entered the pipeline after it: a stretch's catch-up rows
         # follow the batches queued ahead of them, so a batch with younger batches ahead would wait for them while
         # they wait for its buffer pair
@@ -251,6 +246,16 @@ class BatchTable:
         self.rows[child.bid] = child
         self.log.append(("renew", now, child.bid, (bid, stage + 1)))
         return BatchItem(child.bid, 0, b.bs, b.slot)
+
+    def _continuation(self, b: Batch, queries: list[Query], row_offset: int, stage: int, splittable: bool) -> Batch:
+        """A new row for ``queries`` of batch ``b`` (their rows from ``row_offset``), done through ``stage`` and
+        handed to ``stage + 1``: a split sub-batch or a batch made new at a boundary."""
+        n = len(queries)
+        child = Batch(self._new_id(), queries, b.created, self.n_stages, splittable=splittable, slot=b.slot,
+                      row_offset=row_offset, lane=b.lane, parent=b.bid, first_start=b.first_start)
+        child.status_map[: stage + 1] = [n] * (stage + 1)
+        child.issued[: stage + 2] = [n] * (stage + 2)
+        return child
 
     def complete(self, item: BatchItem, stage: int, now: float = math.nan) -> Completion:
         """Record that ``item`` finished ``stage`` at ``now`` (updates ``status_map``)."""
@@ -304,15 +309,7 @@ class BatchTable:
         items = []
         offset = 0
         for n in sizes:
-            qs = b.queries[offset : offset + n]
-            child = Batch(
-                self._new_id(), qs, b.created, self.n_stages, splittable=True, slot=b.slot,
-                row_offset=b.row_offset + offset, lane=b.lane, parent=bid, first_start=b.first_start,
-            )
-            for k in range(stage + 1):
-                child.status_map[k] = n
-                child.issued[k] = n
-            child.issued[stage + 1] = n
+            child = self._continuation(b, b.queries[offset : offset + n], b.row_offset + offset, stage, True)
             self.rows[child.bid] = child
             items.append(BatchItem(child.bid, 0, n, b.slot))
             offset += n

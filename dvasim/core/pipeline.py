@@ -106,8 +106,9 @@ class Pipeline:
         self.policy = policy
         self.exited: list[Query] = []
         self.running: dict[int, Execution] = {}
-        # serial split: sub-batch id -> the item of the sibling handed on when it leaves the last stage
-        self._serial_next: dict[int, BatchItem] = {}
+        # serial split: sub-batch id -> (stage, item) of the sibling handed on when it leaves the last stage, or
+        # None for the last of its chain (which gives the held pair back)
+        self._serial_next: dict[int, tuple[int, BatchItem] | None] = {}
         self.on_begin: list[Callable[[Execution], None]] = []
         self.on_finish: list[Callable[[Execution], None]] = []
         self._now = 0.0

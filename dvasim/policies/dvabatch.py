@@ -48,6 +48,7 @@ gives no value for ``T_comp_wait``. Ours by default is ``t_comp_wait_frac`` time
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from dvasim.errors import ConfigError
 from dvasim.policies.base import (
@@ -70,30 +71,18 @@ T_COMP_WAIT_FRAC = 0.25  # default T_comp_wait as a fraction of the model's batc
 def padding_waste(profile, lengths, batch_size: int) -> float:
     """Expected share of a padded batch's time lost to padding: ``1 - E[total(b, L)] / E[total(b, max of b L)]``
     for ``b = batch_size`` lengths drawn from ``lengths`` (an empirical distribution)."""
-    vals = sorted(int(x) for x in lengths)
-    if not vals:
+    hist = sorted(Counter(int(x) for x in lengths).items())
+    n = sum(c for _, c in hist)
+    if not n:
         return 0.0
-    n = len(vals)
-    uniq, counts = [], []
-    for v in vals:
-        if uniq and uniq[-1] == v:
-            counts[-1] += 1
-        else:
-            uniq.append(v)
-            counts.append(1)
-    own = sum(c * profile.total(batch_size, v) for v, c in zip(uniq, counts)) / n
+    own = sum(c * profile.total(batch_size, v) for v, c in hist) / n
     padded, cdf_prev, cum = 0.0, 0.0, 0
-    for v, c in zip(uniq, counts):
+    for v, c in hist:
         cum += c
         cdf = cum / n
         padded += (cdf ** batch_size - cdf_prev ** batch_size) * profile.total(batch_size, v)
         cdf_prev = cdf
     return 1.0 - own / padded if padded > 0 else 0.0
-
-
-def preferred_batch_sizes(profile, seq_len, threshold: float = 0.9) -> list[int]:
-    """Each stage's preferred batch size (the table's definition, at ``seq_len``)."""
-    return [profile.preferred_batch_size(s, seq_len, threshold) for s in range(profile.n_stages)]
 
 
 @register
@@ -167,7 +156,8 @@ class DVABatch(Policy):
         else:
             self.ref_len = None
         self.qos_target_ms = self._qos if self._qos is not None else getattr(view, "qos_target_ms", None)
-        self.preferred = preferred_batch_sizes(prof, self.ref_len, self.preferred_threshold)
+        self.preferred = [prof.preferred_batch_size(s, self.ref_len, self.preferred_threshold)
+                          for s in range(prof.n_stages)]
         self.padding_waste = padding_waste(prof, lengths, self.max_batch_size) if lengths else math.nan
         if self._asked is not None:
             self.policies = self._asked

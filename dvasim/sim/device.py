@@ -29,6 +29,8 @@ import math
 
 import simpy
 
+from dvasim.policies.base import time_eps
+
 MODES = ("fluid", "exclusive", "parallel", "cores")
 
 
@@ -98,8 +100,8 @@ class Device:
 
     def _tolerance(self, job: _Job, rate: float) -> float:
         """Remaining work that counts as done: 1e-9 of the job, or what the clock cannot resolve at this time
-        (16 units in the last place of ``now``, times the job's rate), so a timer always advances the clock."""
-        return max(1e-9 * max(1.0, job.work), rate * 16.0 * math.ulp(self.env.now))
+        (:func:`time_eps`, times the job's rate), so a timer always advances the clock."""
+        return max(1e-9 * max(1.0, job.work), rate * time_eps(self.env.now))
 
     def _reschedule(self) -> None:
         # finish every job that is done (to rounding), then arm a timer for the next finish
@@ -125,6 +127,6 @@ class Device:
             return  # superseded by a later start or finish
         self._advance()
         for j, r in zip(self.jobs, self._rates()):
-            if r > 0 and j.remaining / r <= max(1e-9 * max(1.0, j.work), 16.0 * math.ulp(self.env.now)):
+            if r > 0 and j.remaining / r <= max(1e-9 * max(1.0, j.work), time_eps(self.env.now)):
                 j.remaining = 0.0
         self._reschedule()
