@@ -39,7 +39,6 @@ under the lock).
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import math
@@ -50,7 +49,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dvasim.errors import ConfigError, DvasimError
+from dvasim.errors import ConfigError, DvasimError, OneLineParser
 
 ADMISSION_LEVELS = (*np.linspace(0.0, 0.95, 20), 0.999)
 
@@ -466,13 +465,8 @@ def write_engine(result: dict[str, Any], path) -> Path:
 
 
 # ----------------------------------------------------------------------------- command line
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage dump
-        raise DvasimError("arguments", message)
-
-
 def cli_fit(argv=None) -> int:
-    p = _Parser(prog="dvasim fit", description="fit the simulator's engine to replay output folders")
+    p = OneLineParser(prog="dvasim fit", description="fit the simulator's engine to replay output folders")
     p.add_argument("dirs", nargs="+", metavar="DIR", help="replay folders (config.toml, queries.csv, executions.csv)")
     p.add_argument("--out", required=True, help="the engine file to write, e.g. engine.toml")
     p.add_argument("--launch-table", default=None, help="a profiled launch table; then only launch_scale is fitted")
