@@ -68,20 +68,32 @@ EPS = 1e-9
 T_COMP_WAIT_FRAC = 0.25  # default T_comp_wait as a fraction of the model's batch-1 latency (see the sweep)
 
 
-def padding_waste(profile, lengths, batch_size: int) -> float:
-    """Expected share of a padded batch's time lost to padding: ``1 - E[total(b, L)] / E[total(b, max of b L)]``
-    for ``b = batch_size`` lengths drawn from ``lengths`` (an empirical distribution)."""
+def _length_hist(lengths) -> tuple[list[tuple[int, int]], int]:
     hist = sorted(Counter(int(x) for x in lengths).items())
-    n = sum(c for _, c in hist)
-    if not n:
-        return 0.0
-    own = sum(c * profile.total(batch_size, v) for v, c in hist) / n
+    return hist, sum(c for _, c in hist)
+
+
+def padded_batch_ms(profile, lengths, batch_size: int) -> float:
+    """Expected whole-model time of a batch of ``batch_size`` lengths drawn from ``lengths`` (an empirical
+    distribution), padded to its longest: ``E[total(b, max of b L)]``, from the order statistics."""
+    hist, n = _length_hist(lengths)
     padded, cdf_prev, cum = 0.0, 0.0, 0
     for v, c in hist:
         cum += c
         cdf = cum / n
         padded += (cdf ** batch_size - cdf_prev ** batch_size) * profile.total(batch_size, v)
         cdf_prev = cdf
+    return padded
+
+
+def padding_waste(profile, lengths, batch_size: int) -> float:
+    """Expected share of a padded batch's time lost to padding: ``1 - E[total(b, L)] / E[total(b, max of b L)]``
+    for ``b = batch_size`` lengths drawn from ``lengths`` (an empirical distribution)."""
+    hist, n = _length_hist(lengths)
+    if not n:
+        return 0.0
+    own = sum(c * profile.total(batch_size, v) for v, c in hist) / n
+    padded = padded_batch_ms(profile, lengths, batch_size)
     return 1.0 - own / padded if padded > 0 else 0.0
 
 

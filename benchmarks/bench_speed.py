@@ -1,0 +1,124 @@
+"""Simulated queries per wall second of ``dvasim.run``, against a bare SimPy loop in the same process run.
+
+The case of issue 12: BERT-base on the TITAN RTX, sliced into 4 stages, GLUE RTE input lengths, Poisson arrivals
+at 0.9 of its capacity (``64 / E[T(64)]``: ``E[T(64)]`` the expected time of a batch of 64 RTE inputs padded to
+the longest, :func:`dvasim.policies.dvabatch.padded_batch_ms`; 370 qps), under
+ZeroBatch, DelayBatch (10 ms window) and DVABatch. The reference is the bare SimPy loop a simulator cannot beat by
+much: an arrivals process putting each query into a ``simpy.Store``, one server process getting it and holding it
+for an exponential service time (an M/M/1 queue at 0.9 load). Both see the same number of queries.
+
+Prints one line per run (median of ``--repeats``), its ratio to the bare loop, and the peak memory of the whole
+process (``ru_maxrss``). Not a test: the numbers depend on the machine; the ratios are what to compare.
+
+    python benchmarks/bench_speed.py [--queries N] [--repeats R] [--policies zerobatch,delaybatch,dvabatch]
+                                     [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+import simpy
+
+
+def bare_simpy_loop(n: int, seed: int = 7) -> float:
+    """Wall seconds of an M/M/1 queue at 0.9 load with ``n`` customers: arrivals -> Store -> one server."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0, n).tolist()
+    service = rng.exponential(0.9, n).tolist()
+    env = simpy.Environment()
+    store = simpy.Store(env)
+    done = [0]
+
+    def arrivals():
+        for k in range(n):
+            yield env.timeout(gaps[k])
+            yield store.put(k)
+
+    def server():
+        while True:
+            k = yield store.get()
+            yield env.timeout(service[k])
+            done[0] += 1
+
+    env.process(arrivals())
+    env.process(server())
+    t0 = time.perf_counter()
+    env.run()
+    wall = time.perf_counter() - t0
+    assert done[0] == n
+    return wall
+
+
+def bert_config(policy: str, n: int, load: float = 0.9) -> dict:
+    from dvasim.calibration.models import resolve_model
+    from dvasim.workload import load_lengths
+
+    model = {"name": "bert_base", "device": "titanrtx", "stages": 4}
+    table = resolve_model(model).table
+    from dvasim.policies.dvabatch import padded_batch_ms
+
+    lengths = load_lengths("glue:RTE")
+    capacity = 64 / padded_batch_ms(table, lengths, 64) * 1000.0
+    params = {"max_batch_size": 64}
+    if policy == "delaybatch":
+        params["max_queue_delay_ms"] = 10.0
+    return {
+        "model": model,
+        "policy": {"name": policy, **params},
+        "workload": {"kind": "poisson", "rate_qps": load * capacity, "n_queries": n, "seed": 7,
+                     "seq_len_dist": "glue:RTE"},
+        "qos": {"target_ms": 200.0},
+        "engine": {"progress": False},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--queries", type=int, default=200_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--policies", default="zerobatch,delaybatch,dvabatch")
+    ap.add_argument("--json", help="also write the numbers to this JSON file")
+    args = ap.parse_args()
+    import dvasim
+
+    n = args.queries
+    bare = statistics.median(bare_simpy_loop(n) for _ in range(args.repeats))
+    rows = [{"what": "bare SimPy loop (arrivals, Store, one server)", "queries_per_s": n / bare, "ratio": 1.0}]
+    print(f"{n:,} queries, median of {args.repeats}; python {platform.python_version()}, simpy {simpy.__version__}")
+    print(f"{'bare SimPy loop':>28}: {n / bare:9,.0f} q/s   1.00x")
+    for policy in args.policies.split(","):
+        cfg = bert_config(policy, n)
+        walls, summary = [], None
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            res = dvasim.run(cfg)
+            walls.append(time.perf_counter() - t0)
+            summary = res.summary
+            assert summary["n_completed"] == n, summary
+        wall = statistics.median(walls)
+        rows.append({"what": f"dvasim.run {policy}", "queries_per_s": n / wall, "ratio": wall / bare,
+                     "sim_only_queries_per_s": summary["sim_queries_per_wall_s"],
+                     "mean_latency_ms": summary["mean_latency_ms"], "offered_qps": cfg["workload"]["rate_qps"],
+                     "mean_exit_batch_size": summary["mean_exit_batch_size"]})
+        print(f"{'dvasim.run ' + policy:>28}: {n / wall:9,.0f} q/s  {wall / bare:5.2f}x slower   "
+              f"(engine alone {summary['sim_queries_per_wall_s']:,.0f} q/s; mean {summary['mean_latency_ms']:.2f} ms, "
+              f"exit batch {summary['mean_exit_batch_size']:.1f})")
+        sys.stdout.flush()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak memory of this process: {peak:,.0f} MiB")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"queries": n, "repeats": args.repeats, "rows": rows, "peak_rss_mib": peak,
+                       "python": platform.python_version(), "simpy": simpy.__version__}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
