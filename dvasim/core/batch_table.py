@@ -121,6 +121,7 @@ class BatchTable:
         self._area = 0.0
         self._t_last = math.nan
         self._t_first = math.nan
+        self._active = 0  # queries in the table that have not left the last stage (kept as operations happen)
 
     def _tick(self, now: float) -> None:
         """Accumulate the rows' time-integral up to ``now`` (call before the row count changes)."""
@@ -150,8 +151,9 @@ class BatchTable:
         return self.rows.get(self.latest_id) if self.latest_id is not None else None
 
     def n_queries(self) -> int:
-        """Queries in ongoing batches that have not yet left the pipeline."""
-        return sum(b.bs - b.status_map[-1] for b in self.rows.values())
+        """Queries in ongoing batches that have not yet left the pipeline (``sum(bs - status_map[-1])`` over the
+        rows, kept up to date by the operations)."""
+        return self._active
 
     def _new_id(self) -> int:
         bid = self._next_id
@@ -171,6 +173,7 @@ class BatchTable:
             q.batch_id = b.bid
             q.admitted = now
         b.issued[0] = b.bs
+        self._active += b.bs
         self.log.append(("new", now, b.bid, b.bs))
         return BatchItem(b.bid, 0, b.bs, None)
 
@@ -199,6 +202,7 @@ class BatchTable:
             q.batch_id = bid
             q.admitted = now
         b.issued[0] = b.bs
+        self._active += len(queries)
         # detail: (newcomers, whether the batch's first stage had already started on it: Policy III's case)
         self.log.append(("stretch", now, bid, (len(queries), not math.isnan(b.first_start))))
         return BatchItem(bid, start, len(queries), b.slot)
@@ -264,6 +268,7 @@ class BatchTable:
         if b.status_map[stage] > b.bs:
             raise MetaOpError(f"batch {b.bid}: stage {stage} completed more queries than the batch has")
         if stage == self.n_stages - 1:
+            self._active -= item.num
             exited = b.item_queries(item)
             if b.status_map[stage] == b.bs:
                 if not math.isnan(now):

@@ -1,0 +1,185 @@
+"""Per-query records, columnar: kept in memory as a DataFrame, or streamed to ``queries.parquet``.
+
+A :class:`RecordStore` receives each query as it leaves the pipeline (and, at the end of a run, the queries that
+never did) and keeps
+
+* the columns the summary needs, in per-query arrays indexed by query id (arrival, first-stage start, finish and
+  exit batch size: 32 bytes a query, so 10 million queries take 320 MB), from which :func:`summarize_arrays`
+  computes the exact mean and percentiles;
+* the full record (:data:`columns`) of every query, either in memory (``frame()`` gives the DataFrame, in query
+  id order) or written to a Parquet file in chunks of ``chunk_rows`` rows, in the order the queries left
+  (``path``; read it back sorted with :func:`read_records`). Memory then stays bounded by the chunk, whatever the
+  run's length.
+
+Nothing here imports simpy or torch.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PERCENTILES = (50, 90, 95, 99)
+_INT_COLS = ("query_id", "seq_len", "batch_id", "exit_batch_id", "exit_batch_size")
+
+
+def columns(n_stages: int) -> list[str]:
+    """The record's columns, in order (``latency_ms`` and ``queue_ms`` are derived from them)."""
+    return ["query_id", "arrival_ms", "seen_ms", "admitted_ms", "start_ms", "finish_ms", "latency_ms", "seq_len",
+            "batch_id", "exit_batch_id", "exit_batch_size",
+            *[f"s{s}_{k}_ms" for s in range(n_stages) for k in ("start", "finish")], "queue_ms"]
+
+
+def _row(q, n_stages: int) -> tuple:
+    st, fi = q.stage_start, q.stage_finish
+    if not st:  # never reached the front door
+        return (q.qid, q.arrival, q.seen, q.admitted, math.nan, q.finish, q.seq_len, q.batch_id, q.exit_batch_id,
+                q.exit_batch_size, *([math.nan] * (2 * n_stages)))
+    stages = [x for pair in zip(st, fi) for x in pair]
+    return (q.qid, q.arrival, q.seen, q.admitted, st[0], q.finish, q.seq_len, q.batch_id, q.exit_batch_id,
+            q.exit_batch_size, *stages)
+
+
+class RecordStore:
+    """Columnar records of ``n`` queries (ids ``0..n-1``) through ``n_stages`` stages."""
+
+    def __init__(self, n: int, n_stages: int, path: str | Path | None = None, chunk_rows: int = 1 << 16,
+                 arrivals: np.ndarray | None = None):
+        self.n = n
+        self.n_stages = n_stages
+        self.chunk_rows = chunk_rows
+        self.path = None if path is None else Path(path)
+        # the summary's columns, by query id; the arrivals of an open loop are known (and shared) from the start
+        self.arrival = np.array(arrivals, dtype=np.float64) if arrivals is not None else np.full(n, math.nan)
+        self.start = np.full(n, math.nan)
+        self.finish = np.full(n, math.nan)
+        self.exit_batch_size = np.zeros(n, dtype=np.int64)
+        self._rows: list[tuple] = []
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self._writer = None
+        self.n_rows = 0
+
+    # ------------------------------------------------------------------ filling
+    def add(self, q) -> None:
+        """Record query ``q`` (a :class:`dvasim.core.query.Query`): when it leaves, or at the end of the run."""
+        self._rows.append(_row(q, self.n_stages))
+        if len(self._rows) >= self.chunk_rows:
+            self._flush()
+
+    def add_many(self, queries) -> None:
+        rows, n_stages = self._rows, self.n_stages
+        for q in queries:
+            rows.append(_row(q, n_stages))
+        if len(rows) >= self.chunk_rows:
+            self._flush()
+
+    def add_unseen(self, qid: int, seq_len: int) -> None:
+        """A query that never reached the front door (its arrival, if known, is in the summary arrays)."""
+        nan = math.nan
+        self._rows.append((qid, float(self.arrival[qid]), nan, nan, nan, nan, seq_len, -1, -1, 0,
+                           *([nan] * (2 * self.n_stages))))
+        if len(self._rows) >= self.chunk_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        cols = list(zip(*self._rows))
+        self._rows = []
+        names = [c for c in columns(self.n_stages) if c not in ("latency_ms", "queue_ms")]
+        chunk = {name: np.array(col, dtype=np.int64 if name in _INT_COLS else np.float64)
+                 for name, col in zip(names, cols)}
+        qid = chunk["query_id"]
+        self.arrival[qid] = chunk["arrival_ms"]
+        self.start[qid] = chunk["start_ms"]
+        self.finish[qid] = chunk["finish_ms"]
+        self.exit_batch_size[qid] = chunk["exit_batch_size"]
+        self.n_rows += len(qid)
+        if self.path is None:
+            self._chunks.append(chunk)
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table(_with_derived(chunk, self.n_stages))
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+        self._writer.write_table(table)
+
+    def close(self) -> None:
+        """Write what is buffered (and close the Parquet file)."""
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    # ------------------------------------------------------------------ reading
+    def frame(self) -> pd.DataFrame:
+        """All records in query id order (in-memory stores; a streamed store reads its file back)."""
+        self.close()
+        if self.path is not None:
+            return read_records(self.path)
+        if not self._chunks:
+            return pd.DataFrame({c: np.array([], dtype=np.int64 if c in _INT_COLS else np.float64)
+                                 for c in columns(self.n_stages)})
+        merged = {k: np.concatenate([c[k] for c in self._chunks]) for k in self._chunks[0]}
+        order = np.argsort(merged["query_id"], kind="stable")
+        return pd.DataFrame(_with_derived({k: v[order] for k, v in merged.items()}, self.n_stages))
+
+    def summary(self, qos_target_ms: float) -> dict:
+        self.close()
+        return summarize_arrays(self.arrival, self.start, self.finish, self.exit_batch_size, qos_target_ms)
+
+
+def _with_derived(chunk: dict[str, np.ndarray], n_stages: int) -> dict[str, np.ndarray]:
+    out = dict(chunk)
+    out["latency_ms"] = chunk["finish_ms"] - chunk["arrival_ms"]
+    out["queue_ms"] = chunk["start_ms"] - chunk["arrival_ms"]
+    return {c: out[c] for c in columns(n_stages)}
+
+
+def read_records(path: str | Path) -> pd.DataFrame:
+    """A ``queries.parquet`` written by a run, as a DataFrame in query id order."""
+    df = pd.read_parquet(path)
+    return df.sort_values("query_id", kind="stable").reset_index(drop=True)
+
+
+def records_frame(queries, n_stages: int) -> pd.DataFrame:
+    """One row per query (finished or not), in query id order, from :class:`Query` objects."""
+    queries = list(queries)
+    store = RecordStore(max((q.qid for q in queries), default=-1) + 1, n_stages, chunk_rows=max(1, len(queries)))
+    store.add_many(queries)
+    return store.frame()
+
+
+def summarize_arrays(arrival: np.ndarray, start: np.ndarray, finish: np.ndarray, exit_batch_size: np.ndarray,
+                     qos_target_ms: float) -> dict:
+    """Latency statistics over finished queries (NaN ``finish``); unfinished ones count as QoS violations.
+    Arrays are per query, in query id order. Means are numpy's (pairwise sums), percentiles numpy's linear."""
+    n = len(arrival)
+    done = ~np.isnan(finish)
+    lat = finish[done] - arrival[done]
+    out: dict = {"n_queries": int(n), "n_completed": int(done.sum())}
+    if len(lat):
+        out["mean_latency_ms"] = float(lat.mean())
+        for p in PERCENTILES:
+            out[f"p{p}_latency_ms"] = float(np.percentile(lat, p))
+        out["max_latency_ms"] = float(lat.max())
+        span_ms = float(finish[done].max() - np.nanmin(arrival))
+        out["throughput_qps"] = float(len(lat) / (span_ms / 1000.0)) if span_ms > 0 else math.nan
+        out["mean_queue_ms"] = float((start[done] - arrival[done]).mean())
+        out["mean_exit_batch_size"] = float(exit_batch_size[done].mean())
+    else:
+        for k in ["mean_latency_ms", *[f"p{p}_latency_ms" for p in PERCENTILES], "max_latency_ms",
+                  "throughput_qps", "mean_queue_ms", "mean_exit_batch_size"]:
+            out[k] = math.nan
+    span_in = float(np.nanmax(arrival) - np.nanmin(arrival)) if n > 1 else math.nan
+    out["offered_qps"] = float((n - 1) / (span_in / 1000.0)) if n > 1 and span_in > 0 else math.nan
+    out["qos_target_ms"] = float(qos_target_ms)
+    violations = int((~done).sum()) + int((lat > qos_target_ms).sum())
+    out["qos_violation_rate"] = float(violations / n) if n else math.nan
+    return out
