@@ -12,16 +12,28 @@ from typing import Any
 import pandas as pd
 
 from dvasim import config as cfgmod
-from dvasim.metrics import records_frame, summarize
 
 
 @dataclass
 class RunResult:
-    queries: pd.DataFrame
+    """A run: its per-query records (``queries``, a DataFrame in query id order), its ``summary``, the resolved
+    ``config``, what stopped it early (``stuck``). A run whose records were streamed to a Parquet file
+    (``records_path``) reads them back on the first use of ``queries``."""
+
+    frame: pd.DataFrame | None
     summary: dict[str, Any]
     config: dict[str, Any]
     stuck: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    records_path: Path | None = None
+
+    @property
+    def queries(self) -> pd.DataFrame:
+        if self.frame is None and self.records_path is not None:
+            from dvasim.records import read_records
+
+            self.frame = read_records(self.records_path)
+        return self.frame
 
 
 def versions() -> dict[str, str]:
@@ -41,12 +53,16 @@ def load_profile(model_cfg: dict[str, Any]):
 
 
 def run(config, overrides: list[str] | None = None, progress: bool | None = None,
-        engine: str | Path | None = None) -> RunResult:
+        engine: str | Path | None = None, records: str | Path | None = None) -> RunResult:
     """Simulate one config (a TOML path, a dict of sections, or an already resolved dict). ``engine``: an engine
-    file written by ``dvasim fit``, merged over the config's ``[engine]`` (``--set`` overrides still win)."""
+    file written by ``dvasim fit``, merged over the config's ``[engine]`` (``--set`` overrides still win).
+    ``records``: stream every query's record to this Parquet file as the run goes (memory then stays bounded
+    whatever the run's length; ``result.queries`` reads the file back when used); default: keep them in memory.
+    """
     from dvasim.core.batch_table import meta_op_counts
     from dvasim.core.pipeline import Pipeline
     from dvasim.policies import make_policy
+    from dvasim.records import RecordStore
     from dvasim.sim.engine import simulate
     from dvasim.sim.host import host_from_config
     from dvasim.workload import workload_from_config
@@ -65,8 +81,10 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"],
                         qos_target_ms=cfg["qos"]["target_ms"],
                         input_lengths=workload.seq_lens if profile.seq_lens is not None else None)
+    store = RecordStore(len(workload.seq_lens), profile.n_stages, path=records,
+                        arrivals=None if workload.closed_clients is not None else workload.arrivals_ms)
     res = simulate(
-        pipeline, workload.arrivals_ms, workload.seq_lens,
+        pipeline, workload.arrivals_ms, workload.seq_lens, records=store, keep_queries=False,
         sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"], cores=eng["cores"],
         launch_overhead_ms=eng["launch_overhead_ms"],
         admission_delay_ms=eng["admission_delay_ms"],
@@ -74,12 +92,12 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         progress=eng["progress"] if progress is None else progress,
         closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True, host=host,
     )
-    df = records_frame(res.queries, profile.n_stages)
-    summary = summarize(df, cfg["qos"]["target_ms"])
+    summary = store.summary(cfg["qos"]["target_ms"])
+    n = summary["n_queries"]
     summary.update(
         policy=policy.name, model=profile.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=eng["instances"],
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
-        sim_wall_s=res.wall_s, sim_queries_per_wall_s=len(df) / res.wall_s if res.wall_s > 0 else float("nan"),
+        sim_wall_s=res.wall_s, sim_queries_per_wall_s=n / res.wall_s if res.wall_s > 0 else float("nan"),
         **meta_op_counts(res.pipeline.table),
     )
     resolved = {**cfg, "policy": {**cfg["policy"], **policy.describe()}}
@@ -92,7 +110,8 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         from dvasim.errors import IncompleteRunWarning
 
         warnings.warn(f"dvasim.run: {res.stuck}", IncompleteRunWarning, stacklevel=2)
-    return RunResult(df, summary, resolved, res.stuck)
+    return RunResult(store.frame() if records is None else None, summary, resolved, res.stuck,
+                     records_path=None if records is None else Path(records))
 
 
 def _check_lengths(profile, seq_lens) -> None:
@@ -110,10 +129,20 @@ def _check_lengths(profile, seq_lens) -> None:
         )
 
 
-def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True) -> Path:
+CSV_MAX_ROWS = 100_000  # queries.csv is written by default up to this many queries (queries.parquet always)
+
+
+def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, csv: bool | None = None) -> Path:
+    """Write ``queries.parquet`` (unless the run already streamed it there), ``queries.csv`` (``csv``; default:
+    runs of at most :data:`CSV_MAX_ROWS` queries), ``summary.json``, ``config.json`` and ``latency.png``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    result.queries.to_csv(out / "queries.csv", index=False)
+    parquet = out / "queries.parquet"
+    streamed = result.records_path is not None and Path(result.records_path).resolve() == parquet.resolve()
+    if not streamed:
+        result.queries.to_parquet(parquet, index=False, compression="zstd")
+    if csv or (csv is None and result.summary.get("n_queries", 0) <= CSV_MAX_ROWS):
+        result.queries.to_csv(out / "queries.csv", index=False)
     summary = dict(result.summary)
     if result.stuck:
         summary["stuck"] = result.stuck
@@ -124,8 +153,10 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True) -
     if figure:
         from dvasim.plots import latency_figure
 
+        cols = ["arrival_ms", "finish_ms", "latency_ms"]
+        df = result.frame[cols] if result.frame is not None else pd.read_parquet(parquet, columns=cols)
         latency_figure(
-            result.queries, out / "latency.png",
+            df, out / "latency.png",
             title=f"{result.summary.get('policy')} on {result.summary.get('model', '')}",
             qos_target_ms=result.summary.get("qos_target_ms"),
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from dvasim.errors import DvasimError, OneLineParser, check_out_dir
 
@@ -45,14 +46,16 @@ def cmd_run(args) -> int:
     check_out_dir(args.out)
     with warnings.catch_warnings():  # an incomplete run is reported below, as an error line
         warnings.simplefilter("ignore", IncompleteRunWarning)
-        result = run(args.config, overrides=args.set, progress=args.progress or None, engine=args.engine)
-    out = write_outputs(result, args.out, figure=not args.no_figure)
+        # records stream to queries.parquet as the run goes: memory stays bounded whatever its length
+        result = run(args.config, overrides=args.set, progress=args.progress or None, engine=args.engine,
+                     records=Path(args.out) / "queries.parquet")
+    out = write_outputs(result, args.out, figure=not args.no_figure, csv=args.csv)
     print(f"dvasim run {args.config}: results in {out}/")
     print_summary(result.summary)
     if result.stuck:
         done = result.summary["n_completed"]
         print(f"dvasim: error: run incomplete ({done} of {result.summary['n_queries']} queries finished; all "
-              f"records kept in {out}/queries.csv): {result.stuck}", file=sys.stderr)
+              f"records kept in {out}/queries.parquet): {result.stuck}", file=sys.stderr)
         return 1
     return 0
 
@@ -113,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="simulate one config")
     add_config_arguments(p, "TOML config file")
-    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--progress", action="store_true", help="show a progress bar (on a terminal)")
+    p.add_argument("--csv", action=argparse.BooleanOptionalAction, default=None,
+                   help="also write queries.csv (default: for runs of at most 100,000 queries; queries.parquet "
+                        "is always written)")
     p.add_argument("--engine", metavar="ENGINE.toml", default=None,
                    help="an engine file written by dvasim fit, merged over the config's [engine]")
     p.set_defaults(func=cmd_run)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from dvasim.core.query import Query
 
@@ -82,9 +83,9 @@ class Batch:
         return k
 
 
-@dataclass(frozen=True)
-class BatchItem:
-    """An entry of a batch queue: run queries ``start .. start+num-1`` of batch ``bid`` in buffer pair ``slot``."""
+class BatchItem(NamedTuple):
+    """An entry of a batch queue: run queries ``start .. start+num-1`` of batch ``bid`` in buffer pair ``slot``.
+    (An immutable tuple: one is made for every stage execution.)"""
 
     bid: int
     start: int

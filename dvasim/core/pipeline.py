@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from dvasim.core.batch_table import Batch, BatchItem, BatchTable, MetaOpError
 from dvasim.core.buffers import BufferPairs
@@ -53,6 +53,8 @@ class Lane:
         self.executors = [Executor(i, n_stages, self.buffers, record_states) for i in range(n_stages)]
         self.queues: list[deque[BatchItem]] = [deque() for _ in range(n_stages)]
         self.batches = 0  # batches of the batch table that live in this lane
+        # something changed since the executors last reached a fixed point (only then can one of them move)
+        self.dirty = True
 
     def first_stage_free(self) -> bool:
         return not self.queues[0] and self.executors[0].state in (ExecutorState.ACTIVE, ExecutorState.INACTIVE)
@@ -104,11 +106,14 @@ class Pipeline:
         self.executors = [e for lane in self.lanes for e in lane.executors]
         self.queues = [q for lane in self.lanes for q in lane.queues]
         self.policy = policy
-        self.exited: list[Query] = []
+        self.exited: list[Query] = []  # queries that left, in order (unless an exit_hook takes them instead)
+        self.n_exited = 0
+        self.exit_hook: Callable[[list[Query]], None] | None = None
         self.running: dict[int, Execution] = {}
         # serial split: sub-batch id -> (stage, item) of the sibling handed on when it leaves the last stage, or
         # None for the last of its chain (which gives the held pair back)
         self._serial_next: dict[int, tuple[int, BatchItem] | None] = {}
+        self._cost: dict[tuple, tuple[float, float]] = {}
         self.on_begin: list[Callable[[Execution], None]] = []
         self.on_finish: list[Callable[[Execution], None]] = []
         self._now = 0.0
@@ -160,6 +165,9 @@ class Pipeline:
             self._apply_front(op, now)
         started: list[Execution] = []
         for lane in self.lanes:
+            if not lane.dirty:
+                continue
+            lane.dirty = False
             progress = True
             while progress:
                 progress = False
@@ -191,6 +199,7 @@ class Pipeline:
         self._now = now
         stage = execution.stage
         lane = self.lanes[execution.lane]
+        lane.dirty = True
         queue = lane.queues[stage]
         item = lane.executors[stage].finish(self._resolve_slot(queue[0]) if queue else None)
         del self.running[id(execution)]
@@ -208,7 +217,11 @@ class Pipeline:
                 q.finish = now
                 q.exit_batch_id = batch.bid
                 q.exit_batch_size = execution.batch_size
-            self.exited.extend(done.exited)
+            self.n_exited += len(done.exited)
+            if self.exit_hook is None:
+                self.exited.extend(done.exited)
+            else:
+                self.exit_hook(done.exited)
             if batch.bid not in self.table:
                 self._serial_successor(lane, batch)
             return
@@ -247,6 +260,7 @@ class Pipeline:
         except MetaOpError as e:
             raise PolicyError(f"{self.policy.name}: {e}") from None
         lane.batches += len(items) - 1
+        lane.dirty = True
         for it in items:
             self.table[it.bid].lane = lane.index
         # a sub-batch of a serial split that is split again keeps its place in its siblings' chain
@@ -277,6 +291,7 @@ class Pipeline:
         if batch.bid not in self._serial_next:
             return
         nxt = self._serial_next.pop(batch.bid)
+        lane.dirty = True
         if nxt is None:
             lane.buffers.held[batch.slot] -= 1
             return
@@ -285,11 +300,12 @@ class Pipeline:
 
     def _resolve_slot(self, item: BatchItem) -> BatchItem:
         if item.slot is None and item.catch_up:
-            return replace(item, slot=self.table[item.bid].slot)
+            return item._replace(slot=self.table[item.bid].slot)
         return item
 
     def _push(self, stage: int, item: BatchItem) -> None:
         lane = self.lanes[self.table[item.bid].lane]
+        lane.dirty = True
         if stage > 0:
             lane.buffers.pending[stage][item.slot] += 1
         lane.queues[stage].append(item)
@@ -323,10 +339,12 @@ class Pipeline:
         if op.splittable:
             self.table.mark_splittable(op.bid)
         # rows added before the batch's first stage started simply join its queued item
-        q0 = self.lanes[self.table[op.bid].lane].queues[0]
+        lane = self.lanes[self.table[op.bid].lane]
+        lane.dirty = True
+        q0 = lane.queues[0]
         for k, queued in enumerate(q0):
             if queued.bid == op.bid and queued.start + queued.num == item.start:
-                q0[k] = replace(queued, num=queued.num + item.num)
+                q0[k] = queued._replace(num=queued.num + item.num)
                 return
         self._push(0, item)
 
@@ -336,13 +354,12 @@ class Pipeline:
         seq_len = max(q.seq_len for q in queries)
         if stage == 0 and math.isnan(batch.first_start):
             batch.first_start = now
-        ex = Execution(
-            stage, item, batch, queries, seq_len,
-            self.profile.latency(stage, item.num, seq_len),
-            self.profile.demand(stage, item.num, seq_len),
-            start=now,
-            lane=lane.index,
-        )
+        key = (stage, item.num, seq_len)
+        cost = self._cost.get(key)
+        if cost is None:  # the table's time and the device demand of this stage, batch size and length
+            cost = self._cost[key] = (self.profile.latency(stage, item.num, seq_len),
+                                      self.profile.demand(stage, item.num, seq_len))
+        ex = Execution(stage, item, batch, queries, seq_len, cost[0], cost[1], start=now, lane=lane.index)
         for q in queries:
             q.stage_start[stage] = now
         self.running[id(ex)] = ex

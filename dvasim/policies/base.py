@@ -171,8 +171,10 @@ class Policy(ABC):
 
 def time_eps(now: float) -> float:
     """The tolerance of a comparison between simulated times near ``now`` (ms): 1e-9 ms, or 16 units in the last
-    place of ``now`` where the clock's float spacing is coarser (beyond about 1.7e7 ms, 4.7 simulated hours), so
+    place of ``now`` where the clock's float spacing is coarser (from 2**19 ms, about 8.7 simulated minutes), so
     that a deadline computed as ``seen + window`` is met by the clock that reaches it, at any magnitude."""
+    if -524288.0 < now < 524288.0:  # below 2**19 ms, 16 ulp are at most 2**-30 < 1e-9 (a fast path, same value)
+        return 1e-9
     return max(1e-9, 16.0 * math.ulp(now))
 
 

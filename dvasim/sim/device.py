@@ -25,8 +25,6 @@ measured by :mod:`dvasim.calibration.sharing`.
 
 from __future__ import annotations
 
-import math
-
 import simpy
 
 from dvasim.policies.base import time_eps
@@ -35,13 +33,14 @@ MODES = ("fluid", "exclusive", "parallel", "cores")
 
 
 class _Job:
-    __slots__ = ("remaining", "demand", "event", "work")
+    __slots__ = ("remaining", "demand", "event", "work", "tol")
 
     def __init__(self, work: float, demand: float, event: simpy.Event):
         self.work = work
         self.remaining = work
         self.demand = demand
         self.event = event
+        self.tol = 1e-9 * max(1.0, work)  # remaining work that counts as done (at least; see Device._done)
 
 
 class Device:
@@ -54,79 +53,91 @@ class Device:
             raise ValueError("cores must be >= 1")
         self.env = env
         self.mode = mode
+        self._exclusive = mode == "exclusive"
         # a CPU runs the host's launch work (hand-off, book-keeping, copies) on the same cores as the stages
         self.hosts_launch_work = mode == "cores"
         self.cores = cores
         self.slowdown = corun_slowdown
         self.jobs: list[_Job] = []
         self._last = 0.0
-        self._gen = 0
+        self._r = 1.0  # the rate of the running executions (see _rate), kept as the set of jobs changes
+        self._timer: simpy.Event | None = None  # the armed timer of the next finish (earlier ones are superseded)
         self.busy_time = 0.0  # time with at least one execution running
 
     def run(self, work_ms: float, demand: float = 1.0) -> simpy.Event:
         """Start an execution of standalone length ``work_ms``; the event fires when it is done."""
-        ev = self.env.event()
+        ev = simpy.Event(self.env)
         self._advance()
         self.jobs.append(_Job(float(work_ms), min(1.0, max(float(demand), 1e-12)), ev))
+        self._r = self._rate()
         self._reschedule()
         return ev
 
     # ------------------------------------------------------------------
-    def _rates(self) -> list[float]:
-        n = len(self.jobs)
-        if n == 0:
-            return []
-        if n == 1:
-            return [1.0]
-        slow = self.slowdown if n >= 2 else 1.0
-        if self.mode == "exclusive":
-            return [1.0 / slow if k == 0 else 0.0 for k in range(n)]
-        if self.mode == "parallel":
-            return [1.0 / slow] * n
-        if self.mode == "cores":
-            return [min(1.0, self.cores / n) / slow] * n
-        total = sum(j.demand for j in self.jobs)
-        r = (1.0 if total <= 1.0 + 1e-12 else 1.0 / total) / slow
-        return [r] * n
+    def _rate(self) -> float:
+        """The rate of every running execution (of the first one, in exclusive mode; the others' is 0)."""
+        jobs = self.jobs
+        n = len(jobs)
+        if n <= 1:
+            return 1.0
+        slow = self.slowdown
+        mode = self.mode
+        if mode == "exclusive" or mode == "parallel":
+            return 1.0 / slow
+        if mode == "cores":
+            return min(1.0, self.cores / n) / slow
+        total = sum(j.demand for j in jobs)
+        return (1.0 if total <= 1.0 + 1e-12 else 1.0 / total) / slow
 
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self._last
-        if dt > 0 and self.jobs:
-            for job, r in zip(self.jobs, self._rates()):
-                job.remaining -= dt * r
+        jobs = self.jobs
+        if dt > 0 and jobs:
+            step = dt * self._r
+            if self._exclusive:
+                jobs[0].remaining -= step  # the others run at rate 0
+            else:
+                for job in jobs:
+                    job.remaining -= step
             self.busy_time += dt
         self._last = now
 
-    def _tolerance(self, job: _Job, rate: float) -> float:
-        """Remaining work that counts as done: 1e-9 of the job, or what the clock cannot resolve at this time
-        (:func:`time_eps`, times the job's rate), so a timer always advances the clock."""
-        return max(1e-9 * max(1.0, job.work), rate * time_eps(self.env.now))
-
     def _reschedule(self) -> None:
-        # finish every job that is done (to rounding), then arm a timer for the next finish
+        # finish every job that is done (to rounding), then arm a timer for the next finish. Remaining work
+        # counts as done below 1e-9 of the job, or below what the clock cannot resolve at this time
+        # (:func:`time_eps`, times the job's rate), so a timer always advances the clock.
+        te = time_eps(self.env.now)
         while True:
             jobs = self.jobs
-            rates = self._rates()
-            done = [k for k, (j, r) in enumerate(zip(jobs, rates)) if j.remaining <= self._tolerance(j, r)]
+            if not jobs:
+                self._timer = None
+                return
+            r = self._r
+            if self._exclusive:
+                done = [j for k, j in enumerate(jobs) if j.remaining <= max(j.tol, (r if k == 0 else 0.0) * te)]
+            else:
+                rte = r * te
+                done = [j for j in jobs if j.remaining <= max(j.tol, rte)]
             if not done:
                 break
-            self.jobs = [j for k, j in enumerate(jobs) if k not in done]
-            for k in done:
-                jobs[k].event.succeed()
-        self._gen += 1
-        if not jobs:
-            return
-        nxt = min((j.remaining / r for j, r in zip(jobs, rates) if r > 0), default=math.inf)
-        gen = self._gen
+            self.jobs = [j for j in jobs if j not in done] if len(done) < len(jobs) else []
+            self._r = self._rate()
+            for j in done:
+                j.event.succeed()
+        # min(remaining) / r == min(remaining / r): division by one positive number keeps the order
+        nxt = (jobs[0].remaining if self._exclusive else min(j.remaining for j in jobs)) / r
         timer = self.env.timeout(max(nxt, 0.0))
-        timer.callbacks.append(lambda _ev: self._on_timer(gen))
+        timer.callbacks.append(self._on_timer)
+        self._timer = timer
 
-    def _on_timer(self, gen: int) -> None:
-        if gen != self._gen:
+    def _on_timer(self, timer: simpy.Event) -> None:
+        if timer is not self._timer:
             return  # superseded by a later start or finish
         self._advance()
-        for j, r in zip(self.jobs, self._rates()):
-            if r > 0 and j.remaining / r <= max(1e-9 * max(1.0, j.work), time_eps(self.env.now)):
+        te = time_eps(self.env.now)
+        r = self._r
+        for j in self.jobs[:1] if self._exclusive else self.jobs:
+            if j.remaining / r <= max(j.tol, te):
                 j.remaining = 0.0
         self._reschedule()

@@ -15,6 +15,7 @@ import simpy
 
 from dvasim.core.pipeline import Pipeline
 from dvasim.core.query import Query
+from dvasim.records import RecordStore
 from dvasim.sim.device import Device
 
 
@@ -24,12 +25,13 @@ class DeadlockError(RuntimeError):
 
 @dataclass
 class SimResult:
-    queries: list[Query]
+    queries: list[Query] | None  # the Query objects, in id order (``keep_queries``), else None
     pipeline: Pipeline
     sim_end_ms: float
     wall_s: float
     device_busy_ms: float
     stuck: str | None = None  # description of the pipeline if some queries never finished
+    records: RecordStore | None = None  # every query's record (columnar), finished or not
 
 
 class SimulationStuck(RuntimeError):
@@ -71,6 +73,8 @@ def simulate(
     cores: int = 2,
     host=None,
     watchdog_events: int = 1_000_000,
+    records: RecordStore | None = None,
+    keep_queries: bool = True,
 ) -> SimResult:
     """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
 
@@ -97,7 +101,12 @@ def simulate(
     ``host`` (a :class:`dvasim.sim.host.HostModel`, ``[engine.host]``) models the host of a GPU run: every stage
     launch then costs host time on the host's launching cores, its Python-level part holds one interpreter lock,
     and the table's time is the GPU's, run on the device while the kernels are launched (see
-    :mod:`dvasim.sim.host`)."""
+    :mod:`dvasim.sim.host`).
+
+    Every query's record goes to ``records`` (a :class:`~dvasim.records.RecordStore`, in memory or streaming to
+    Parquet; a new in-memory one if not given) as it leaves, and at the end for those that did not. Queries are
+    made as they reach the pipeline and dropped when they leave, unless ``keep_queries`` (then the result's
+    ``queries`` holds them all): memory stays bounded by what is in flight."""
     t0 = time.perf_counter()
     env = simpy.Environment()
     device = Device(env, sharing, corun_slowdown, cores)
@@ -129,139 +138,214 @@ def simulate(
         sigma = math.sqrt(math.log1p(service_cv * service_cv))
         rng = np.random.default_rng(seed)
         jitter = lambda: float(rng.lognormal(-sigma * sigma / 2.0, sigma))  # noqa: E731
-    if isinstance(admission_delay_ms, (list, tuple)):
-        import numpy as np
+    import numpy as np
 
+    arrivals = np.asarray(arrivals_ms, dtype=np.float64)
+    lens = np.asarray(seq_lens)
+    if arrivals.ndim != 1 or lens.ndim != 1 or len(arrivals) != len(lens):
+        raise ValueError("arrivals_ms and seq_lens must have the same length")
+    n_total = len(arrivals)
+    if isinstance(admission_delay_ms, (list, tuple)):
         levels = np.linspace(0.0, 1.0, len(admission_delay_ms))
         quantiles = np.asarray(admission_delay_ms, dtype=float)
         rng_admit = np.random.default_rng([seed, 1])
 
-        def front_door_times(arrivals: list[float]) -> list[float]:
-            d = np.interp(rng_admit.random(len(arrivals)), levels, quantiles)
-            out, last = [], -math.inf
-            for a, x in zip(arrivals, d):
-                last = max(last, a + float(x))  # one receiving thread: in arrival order
-                out.append(last)
-            return out
+        def front_door_times(times: np.ndarray) -> np.ndarray:
+            # one receiving thread: in arrival order, each no earlier than the one before it
+            return np.maximum.accumulate(times + np.interp(rng_admit.random(len(times)), levels, quantiles))
     else:
-        def front_door_times(arrivals: list[float]) -> list[float]:
-            return [a + admission_delay_ms for a in arrivals]
-    n_stages = pipeline.n_stages
-    queries = [Query(i, float(a), int(s)) for i, (a, s) in enumerate(zip(arrivals_ms, seq_lens))]
-    if len(queries) != len(arrivals_ms) or len(arrivals_ms) != len(seq_lens):
-        raise ValueError("arrivals_ms and seq_lens must have the same length")
+        def front_door_times(times: np.ndarray) -> np.ndarray:
+            return times + admission_delay_ms
     if closed_clients is not None:
         if closed_clients < 1:
             raise ValueError("closed_clients must be >= 1")
-        for q in queries:
-            q.arrival = math.nan
-    elif any(b.arrival < a.arrival for a, b in zip(queries, queries[1:])):
+    elif n_total and np.any(arrivals[1:] < arrivals[:-1]):
         raise ValueError("arrivals_ms must be sorted (non-decreasing)")
-    next_closed = [0]
-    n_exec = n_stages * pipeline.instances  # one process per stage executor of every instance
-    wake = [env.event() for _ in range(n_exec)]
+    if records is None:
+        records = RecordStore(n_total, pipeline.n_stages,
+                              arrivals=None if closed_clients is not None else arrivals)
+    kept: list[Query] | None = [] if keep_queries else None
+    live: dict[int, Query] = {}  # queries created and not yet left (the record of the others is in `records`)
+
+    created = [0]  # queries are made in id order, as they reach the pipeline
+
+    def make_query(k: int, arrival: float) -> Query:
+        created[0] += 1
+        q = Query(k, arrival, int(lens[k]))
+        live[k] = q
+        if kept is not None:
+            kept.append(q)
+        return q
+
+    def on_exit(exited: list[Query]) -> None:
+        for q in exited:
+            del live[q.qid]
+        records.add_many(exited)
+
+    pipeline.exit_hook = on_exit
+    n_stages = pipeline.n_stages
+    n_exec = n_stages * pipeline.instances  # one executor of every stage of every instance
     mailbox: list = [None] * n_exec
     timer_at = [math.inf]
+    schedule = env.schedule
+    URGENT = simpy.events.URGENT
 
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(queries), unit="q", desc="simulating", leave=False)
+        # a terminal gets the bar (queries per second and the time left); a log file or CI does not
+        bar = tqdm(total=n_total, unit="q", unit_scale=True, desc="simulating", leave=False, disable=None,
+                   smoothing=0.1)
 
-    def poke() -> None:
+    def poke(self_k: int = -1) -> None:
+        """Let the pipeline start what it can. An execution for another executor starts when its wake-up is
+        processed (after what is already due at this instant); one for ``self_k`` (the executor that has just
+        finished) is left in its mailbox for the caller to start at once."""
         now = env.now
         for ex in pipeline.step(now):
             k = ex.lane * n_stages + ex.stage
             mailbox[k] = ex
-            ev = wake[k]
-            wake[k] = env.event()
-            ev.succeed()
+            if k != self_k:
+                wake_later(k)
         t = pipeline.wakeup_time()
         if now < t < timer_at[0]:
             timer_at[0] = t
-            env.process(front_door_timer(t))
+            # the timer is armed by an urgent event of its own at this instant (as a process starting would be)
+            _fire(lambda _e: env.timeout(t - env.now).callbacks.append(lambda _e2: front_door_fired(t)), URGENT)
 
-    def front_door_timer(t: float):
-        yield env.timeout(t - env.now)
+    def _fire(callback, priority=simpy.events.NORMAL) -> None:
+        """An event due now whose only effect is ``callback``."""
+        ev = simpy.Event(env)
+        ev._ok = True
+        ev._value = None
+        ev.callbacks.append(callback)
+        schedule(ev, priority)
+
+    def front_door_fired(t: float) -> None:
         if timer_at[0] == t:
             timer_at[0] = math.inf
         poke()
 
-    def arrivals():
+    # ---------------------------------------------------------------- open loop
+    def arrivals_process():
         # queries seen at the same time reach the front door together, before it decides
-        k, n = 0, len(queries)
-        seen = front_door_times([q.arrival for q in queries])
-        while k < n:
-            t = seen[k]
+        seen = front_door_times(arrivals)
+        for t, k0, k1 in _groups(seen):
             if t > env.now:
                 yield env.timeout(t - env.now)
-            while k < n and seen[k] == t:
-                pipeline.arrive(queries[k], env.now)
-                k += 1
+            for k in range(k0, k1):
+                pipeline.arrive(make_query(k, float(arrivals[k])), env.now)
             poke()
 
+    # ---------------------------------------------------------------- closed loop
     def closed_clients_send(n: int, delay: float):
         # ``n`` clients whose answers came back together send their next queries together
         if delay > 0:
             yield env.timeout(delay)
         sent = []
         for _ in range(n):
-            if next_closed[0] < len(queries):
-                q = queries[next_closed[0]]
-                next_closed[0] += 1
-                q.arrival = env.now
-                sent.append(q)
-        delay = max(front_door_times([env.now] * len(sent)), default=env.now) - env.now
-        if delay > 0:
-            yield env.timeout(delay)
+            if created[0] < n_total:
+                sent.append(make_query(created[0], env.now))
+        if sent:
+            delay = float(front_door_times(np.full(len(sent), env.now)).max()) - env.now
+            if delay > 0:
+                yield env.timeout(delay)
         for q in sent:
             pipeline.arrive(q, env.now)
         poke()
 
-    def host_launch(ex):
-        # hand-off and Python-level copies (holding the lock), then the launch on a core while the GPU works
-        f = jitter() if jitter is not None else 1.0
-        b = ex.batch_size
-        locked = host.locked(ex.stage, b) * f + launch_overhead_ms
-        if locked > 0:
-            yield interpreter_lock.run(locked)
-        g, demand = host.gpu(ex)
-        gpu = device.run(g * f, demand)
-        launch = host.launch(ex.stage, b, ex.seq_len) * f + (stall() if stall is not None else 0.0)
-        if launch > 0:
-            yield (interpreter_lock if host.locks_launch else host_cores).run(launch)
-        yield gpu
-
-    def executor(k: int):
-        while True:
-            if mailbox[k] is None:
-                yield wake[k]
-            ex = mailbox[k]
-            mailbox[k] = None
-            if host is not None:
-                yield from host_launch(ex)
-            else:
-                on_device = device.hosts_launch_work
-                if launch_overhead_ms > 0 and not on_device:
-                    yield env.timeout(launch_overhead_ms)
-                work = ex.standalone_ms * (jitter() if jitter is not None else 1.0)
-                yield device.run(work + (launch_overhead_ms if on_device else 0.0), ex.demand)
-            n_before = len(pipeline.exited)
-            pipeline.finish(ex, env.now)
-            n_exited = len(pipeline.exited) - n_before
-            if bar is not None and n_exited:
+    # ---------------------------------------------------------------- stage executions
+    def after_finish(ex) -> None:
+        n_before = pipeline.n_exited
+        pipeline.finish(ex, env.now)
+        n_exited = pipeline.n_exited - n_before
+        if n_exited:
+            if bar is not None:
                 bar.update(n_exited)
-            if closed_clients is not None and n_exited:
+            if closed_clients is not None:
                 env.process(closed_clients_send(n_exited, think_ms))
-            poke()
+
+    if host is None:
+        on_device = device.hosts_launch_work
+        extra = launch_overhead_ms if on_device else 0.0
+        # an executor is ready once its start-up (an urgent event at time 0, as a process's) has been processed;
+        # an execution handed to it before then starts at its start-up
+        ready = [False] * n_exec
+
+        def make_executor(k: int):
+            def run_on_device(ex) -> None:
+                work = ex.standalone_ms * (jitter() if jitter is not None else 1.0)
+                device.run(work + extra, ex.demand).callbacks.append(finished)
+
+            def start(_ev=None) -> None:
+                ex = mailbox[k]
+                if launch_overhead_ms > 0 and not on_device:
+                    env.timeout(launch_overhead_ms).callbacks.append(lambda _e: run_on_device(ex))
+                else:
+                    run_on_device(ex)
+
+            def finished(_ev) -> None:
+                ex = mailbox[k]
+                mailbox[k] = None
+                after_finish(ex)
+                poke(k)
+                if mailbox[k] is not None:  # this executor goes on at once with its next batch
+                    start()
+
+            def startup(_ev) -> None:
+                ready[k] = True
+                if mailbox[k] is not None:
+                    start()
+
+            return start, startup
+
+        executors = [make_executor(k) for k in range(n_exec)]
+
+        def wake_later(k: int) -> None:
+            if ready[k]:
+                _fire(executors[k][0])
+    else:
+        wake = [env.event() for _ in range(n_exec)]
+
+        def host_launch(ex):
+            # hand-off and Python-level copies (holding the lock), then the launch on a core while the GPU works
+            f = jitter() if jitter is not None else 1.0
+            b = ex.batch_size
+            locked = host.locked(ex.stage, b) * f + launch_overhead_ms
+            if locked > 0:
+                yield interpreter_lock.run(locked)
+            g, demand = host.gpu(ex)
+            gpu = device.run(g * f, demand)
+            launch = host.launch(ex.stage, b, ex.seq_len) * f + (stall() if stall is not None else 0.0)
+            if launch > 0:
+                yield (interpreter_lock if host.locks_launch else host_cores).run(launch)
+            yield gpu
+
+        def executor(k: int):
+            while True:
+                if mailbox[k] is None:
+                    yield wake[k]
+                ex = mailbox[k]
+                mailbox[k] = None
+                yield from host_launch(ex)
+                after_finish(ex)
+                poke(k)
+
+        def wake_later(k: int) -> None:
+            ev = wake[k]
+            wake[k] = env.event()
+            ev.succeed()
 
     if closed_clients is None:
-        env.process(arrivals())
+        env.process(arrivals_process())
     else:
         env.process(closed_clients_send(closed_clients, 0.0))
     for k in range(n_exec):
-        env.process(executor(k))
+        if host is None:
+            _fire(executors[k][1], URGENT)
+        else:
+            env.process(executor(k))
     failure = None
     try:
         if until_ms is None:
@@ -278,10 +362,29 @@ def simulate(
         if bar is not None:
             bar.close()
     stuck = failure
-    if failure is None and len(pipeline.exited) < len(queries):
-        unfinished = [q.qid for q in queries if not q.done]
-        stuck = (
-            f"{len(unfinished)} of {len(queries)} queries never finished (first ids {unfinished[:10]}); "
-            + pipeline.stuck_report()
-        )
-    return SimResult(queries, pipeline, env.now, time.perf_counter() - t0, device.busy_time, stuck)
+    n_done = pipeline.n_exited
+    # every query is in the records: those still inside the pipeline, then those that never reached it
+    inside = sorted(live)
+    records.add_many([live[k] for k in inside])
+    for k in range(created[0], n_total):
+        records.add_unseen(k, int(lens[k]))
+    records.close()
+    if failure is None and n_done < n_total:
+        first = (inside + list(range(created[0], min(n_total, created[0] + 10))))[:10]
+        stuck = (f"{n_total - n_done} of {n_total} queries never finished (first ids {first}); "
+                 + pipeline.stuck_report())
+    return SimResult(kept, pipeline, env.now, time.perf_counter() - t0, device.busy_time, stuck, records)
+
+
+def _groups(seen, block: int = 1 << 16):
+    """``(t, first, end)`` for each run of equal times in ``seen`` (a sorted array), read in blocks."""
+    n = len(seen)
+    t_run, first = None, 0
+    for b in range(0, n, block):
+        for j, t in enumerate(seen[b:b + block].tolist(), start=b):
+            if t != t_run:
+                if j > first:
+                    yield t_run, first, j
+                t_run, first = t, j
+    if n:
+        yield t_run, first, n
