@@ -110,7 +110,11 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         from dvasim.errors import IncompleteRunWarning
 
         warnings.warn(f"dvasim.run: {res.stuck}", IncompleteRunWarning, stacklevel=2)
-    return RunResult(store.frame() if records is None else None, summary, resolved, res.stuck,
+    from dvasim.plots import FIGURE_MAX_POINTS
+
+    # what the latency figure draws (every k-th query when there are many), so that no writer reads them all back
+    extra = {"latency_sample": store.latency_sample(FIGURE_MAX_POINTS)}
+    return RunResult(store.frame() if records is None else None, summary, resolved, res.stuck, extra=extra,
                      records_path=None if records is None else Path(records))
 
 
@@ -153,8 +157,9 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, c
     if figure:
         from dvasim.plots import latency_figure
 
-        cols = ["arrival_ms", "finish_ms", "latency_ms"]
-        df = result.frame[cols] if result.frame is not None else pd.read_parquet(parquet, columns=cols)
+        df = result.extra.get("latency_sample")
+        if df is None:
+            df = result.queries
         latency_figure(
             df, out / "latency.png",
             title=f"{result.summary.get('policy')} on {result.summary.get('model', '')}",

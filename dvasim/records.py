@@ -46,17 +46,20 @@ def _row(q, n_stages: int) -> tuple:
 class RecordStore:
     """Columnar records of ``n`` queries (ids ``0..n-1``) through ``n_stages`` stages."""
 
-    def __init__(self, n: int, n_stages: int, path: str | Path | None = None, chunk_rows: int = 1 << 16,
+    CHUNK_ROWS = 1 << 16  # rows buffered before they are converted to columns (and written, when streaming)
+
+    def __init__(self, n: int, n_stages: int, path: str | Path | None = None, chunk_rows: int | None = None,
                  arrivals: np.ndarray | None = None):
         self.n = n
         self.n_stages = n_stages
-        self.chunk_rows = chunk_rows
+        self.chunk_rows = chunk_rows or self.CHUNK_ROWS
         self.path = None if path is None else Path(path)
-        # the summary's columns, by query id; the arrivals of an open loop are known (and shared) from the start
-        self.arrival = np.array(arrivals, dtype=np.float64) if arrivals is not None else np.full(n, math.nan)
+        # the summary's columns, by query id; the arrivals of an open loop are known (and shared, not copied)
+        self._arrivals_known = arrivals is not None
+        self.arrival = np.asarray(arrivals, dtype=np.float64) if arrivals is not None else np.full(n, math.nan)
         self.start = np.full(n, math.nan)
         self.finish = np.full(n, math.nan)
-        self.exit_batch_size = np.zeros(n, dtype=np.int64)
+        self.exit_batch_size = np.zeros(n, dtype=np.int32)
         self._rows: list[tuple] = []
         self._chunks: list[dict[str, np.ndarray]] = []
         self._writer = None
@@ -93,7 +96,8 @@ class RecordStore:
         chunk = {name: np.array(col, dtype=np.int64 if name in _INT_COLS else np.float64)
                  for name, col in zip(names, cols)}
         qid = chunk["query_id"]
-        self.arrival[qid] = chunk["arrival_ms"]
+        if not self._arrivals_known:
+            self.arrival[qid] = chunk["arrival_ms"]
         self.start[qid] = chunk["start_ms"]
         self.finish[qid] = chunk["finish_ms"]
         self.exit_batch_size[qid] = chunk["exit_batch_size"]
@@ -134,6 +138,14 @@ class RecordStore:
         self.close()
         return summarize_arrays(self.arrival, self.start, self.finish, self.exit_batch_size, qos_target_ms)
 
+    def latency_sample(self, max_points: int) -> pd.DataFrame:
+        """``arrival_ms``, ``finish_ms`` and ``latency_ms`` of every k-th query (by id), at most ``max_points``:
+        what a latency figure draws."""
+        self.close()
+        k = max(1, -(-self.n // max_points))
+        a, f = self.arrival[::k], self.finish[::k]
+        return pd.DataFrame({"arrival_ms": a, "finish_ms": f, "latency_ms": f - a})
+
 
 def _with_derived(chunk: dict[str, np.ndarray], n_stages: int) -> dict[str, np.ndarray]:
     out = dict(chunk)
@@ -159,20 +171,24 @@ def records_frame(queries, n_stages: int) -> pd.DataFrame:
 def summarize_arrays(arrival: np.ndarray, start: np.ndarray, finish: np.ndarray, exit_batch_size: np.ndarray,
                      qos_target_ms: float) -> dict:
     """Latency statistics over finished queries (NaN ``finish``); unfinished ones count as QoS violations.
-    Arrays are per query, in query id order. Means are numpy's (pairwise sums), percentiles numpy's linear."""
+    Arrays are per query, in query id order. Means are numpy's (pairwise sums), percentiles numpy's linear.
+    Temporaries: a few arrays of the finished queries' size at a time (10 million queries: 80 MB each)."""
     n = len(arrival)
     done = ~np.isnan(finish)
-    lat = finish[done] - arrival[done]
-    out: dict = {"n_queries": int(n), "n_completed": int(done.sum())}
+    n_done = int(done.sum())
+    every = n_done == n
+    pick = (lambda x: x) if every else (lambda x: x[done])  # noqa: E731  (no copies when every query finished)
+    lat = pick(finish) - pick(arrival)
+    out: dict = {"n_queries": int(n), "n_completed": n_done}
     if len(lat):
         out["mean_latency_ms"] = float(lat.mean())
-        for p in PERCENTILES:
-            out[f"p{p}_latency_ms"] = float(np.percentile(lat, p))
+        for p, v in zip(PERCENTILES, np.percentile(lat, PERCENTILES)):
+            out[f"p{p}_latency_ms"] = float(v)
         out["max_latency_ms"] = float(lat.max())
-        span_ms = float(finish[done].max() - np.nanmin(arrival))
+        span_ms = float(np.max(pick(finish)) - np.nanmin(arrival))
         out["throughput_qps"] = float(len(lat) / (span_ms / 1000.0)) if span_ms > 0 else math.nan
-        out["mean_queue_ms"] = float((start[done] - arrival[done]).mean())
-        out["mean_exit_batch_size"] = float(exit_batch_size[done].mean())
+        out["mean_queue_ms"] = float((pick(start) - pick(arrival)).mean())
+        out["mean_exit_batch_size"] = float(pick(exit_batch_size).mean())
     else:
         for k in ["mean_latency_ms", *[f"p{p}_latency_ms" for p in PERCENTILES], "max_latency_ms",
                   "throughput_qps", "mean_queue_ms", "mean_exit_batch_size"]:
@@ -180,6 +196,6 @@ def summarize_arrays(arrival: np.ndarray, start: np.ndarray, finish: np.ndarray,
     span_in = float(np.nanmax(arrival) - np.nanmin(arrival)) if n > 1 else math.nan
     out["offered_qps"] = float((n - 1) / (span_in / 1000.0)) if n > 1 and span_in > 0 else math.nan
     out["qos_target_ms"] = float(qos_target_ms)
-    violations = int((~done).sum()) + int((lat > qos_target_ms).sum())
+    violations = (n - n_done) + int(np.count_nonzero(lat > qos_target_ms))
     out["qos_violation_rate"] = float(violations / n) if n else math.nan
     return out

@@ -110,6 +110,8 @@ class Completion:
 class BatchTable:
     """All ongoing batches on one device, in creation order."""
 
+    LOG_LIMIT = 100_000
+
     def __init__(self, n_stages: int):
         if n_stages < 1:
             raise ValueError("n_stages must be >= 1")
@@ -117,7 +119,10 @@ class BatchTable:
         self.rows: dict[int, Batch] = {}
         self.latest_id: int | None = None
         self._next_id = 0
-        self.log: list[tuple] = []  # (op, time, batch id, detail) for inspection and tests
+        # (op, time, batch id, detail) of the first LOG_LIMIT operations, for inspection and tests; the counts of
+        # every operation are in `counts` (a long run's memory does not grow with its operations)
+        self.log: list[tuple] = []
+        self.counts = {"n_batches": 0, "n_stretch": 0, "n_stretch_started": 0, "n_split": 0, "n_renew": 0}
         # time-integral of len(rows): the mean number of batches in flight over [first op, last op]
         self._area = 0.0
         self._t_last = math.nan
@@ -132,6 +137,11 @@ class BatchTable:
             self._area += len(self.rows) * (now - self._t_last)
         if math.isnan(self._t_last) or now > self._t_last:
             self._t_last = now
+
+    def _note(self, count: str, entry: tuple) -> None:
+        self.counts[count] += 1
+        if len(self.log) < self.LOG_LIMIT:
+            self.log.append(entry)
 
     def mean_in_flight(self) -> float:
         """Time-average number of batches in the table between the first *new* and the last change."""
@@ -175,7 +185,7 @@ class BatchTable:
             q.admitted = now
         b.issued[0] = b.bs
         self._active += b.bs
-        self.log.append(("new", now, b.bid, b.bs))
+        self._note("n_batches", ("new", now, b.bid, b.bs))
         return BatchItem(b.bid, 0, b.bs, None)
 
     def can_stretch(self, bid: int) -> str | None:
@@ -205,7 +215,9 @@ class BatchTable:
         b.issued[0] = b.bs
         self._active += len(queries)
         # detail: (newcomers, whether the batch's first stage had already started on it: Policy III's case)
-        self.log.append(("stretch", now, bid, (len(queries), not math.isnan(b.first_start))))
+        started = not math.isnan(b.first_start)
+        self.counts["n_stretch_started"] += started
+        self._note("n_stretch", ("stretch", now, bid, (len(queries), started)))
         return BatchItem(bid, start, len(queries), b.slot)
 
     def mark_splittable(self, bid: int) -> None:
@@ -249,7 +261,7 @@ class BatchTable:
         elif self.latest_id == bid:
             self.latest_id = None
         self.rows[child.bid] = child
-        self.log.append(("renew", now, child.bid, (bid, stage + 1)))
+        self._note("n_renew", ("renew", now, child.bid, (bid, stage + 1)))
         return BatchItem(child.bid, 0, b.bs, b.slot)
 
     def _continuation(self, b: Batch, queries: list[Query], row_offset: int, stage: int, splittable: bool) -> Batch:
@@ -319,25 +331,12 @@ class BatchTable:
             self.rows[child.bid] = child
             items.append(BatchItem(child.bid, 0, n, b.slot))
             offset += n
-        self.log.append(("split", now, bid, tuple(sizes)))
+        self._note("n_split", ("split", now, bid, tuple(sizes)))
         return items
 
 
 def meta_op_counts(table: BatchTable) -> dict:
-    """Summary counters of a run's meta operations: batches made at the front door (``n_batches``), stretches
+    """What a run did with the meta operations: batches made at the front door (``n_batches``), stretches
     (``n_stretch``) and those of batches whose first stage had already started (``n_stretch_started``, Policy
     III's case), splits, *new* at a stage boundary (``n_renew``), and the mean number of batches in flight."""
-    out = {"n_batches": 0, "n_stretch": 0, "n_stretch_started": 0, "n_split": 0, "n_renew": 0}
-    for op in table.log:
-        kind = op[0]
-        if kind == "new":
-            out["n_batches"] += 1
-        elif kind == "stretch":
-            out["n_stretch"] += 1
-            out["n_stretch_started"] += int(op[3][1])
-        elif kind == "split":
-            out["n_split"] += 1
-        elif kind == "renew":
-            out["n_renew"] += 1
-    out["mean_batches_in_flight"] = table.mean_in_flight()
-    return out
+    return {**table.counts, "mean_batches_in_flight": table.mean_in_flight()}

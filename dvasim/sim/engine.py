@@ -150,11 +150,20 @@ def simulate(
         quantiles = np.asarray(admission_delay_ms, dtype=float)
         rng_admit = np.random.default_rng([seed, 1])
 
-        def front_door_times(times: np.ndarray) -> np.ndarray:
-            # one receiving thread: in arrival order, each no earlier than the one before it
-            return np.maximum.accumulate(times + np.interp(rng_admit.random(len(times)), levels, quantiles))
+        last_seen = [-math.inf]
+
+        def front_door_times(times: np.ndarray, carry: bool = False) -> np.ndarray:
+            # one receiving thread: in arrival order, each no earlier than the one before it -- with ``carry``,
+            # also no earlier than the last of the previous call (the open loop's arrivals, read in blocks: the
+            # draws are the same, block by block or at once)
+            seen = np.maximum.accumulate(np.append(last_seen[0] if carry else -math.inf,
+                                                   times + np.interp(rng_admit.random(len(times)), levels,
+                                                                     quantiles)))[1:]
+            if carry and len(seen):
+                last_seen[0] = seen[-1]
+            return seen
     else:
-        def front_door_times(times: np.ndarray) -> np.ndarray:
+        def front_door_times(times: np.ndarray, carry: bool = False) -> np.ndarray:
             return times + admission_delay_ms
     if closed_clients is not None:
         if closed_clients < 1:
@@ -230,8 +239,7 @@ def simulate(
     # ---------------------------------------------------------------- open loop
     def arrivals_process():
         # queries seen at the same time reach the front door together, before it decides
-        seen = front_door_times(arrivals)
-        for t, k0, k1 in _groups(seen):
+        for t, k0, k1 in _groups(arrivals, front_door_times):
             if t > env.now:
                 yield env.timeout(t - env.now)
             for k in range(k0, k1):
@@ -376,12 +384,13 @@ def simulate(
     return SimResult(kept, pipeline, env.now, time.perf_counter() - t0, device.busy_time, stuck, records)
 
 
-def _groups(seen, block: int = 1 << 16):
-    """``(t, first, end)`` for each run of equal times in ``seen`` (a sorted array), read in blocks."""
-    n = len(seen)
+def _groups(arrivals, front_door_times, block: int = 1 << 16):
+    """``(t, first, end)`` for each run of queries the front door sees at the same time ``t``, in order; the times
+    are computed from ``arrivals`` a block at a time (memory stays small whatever the run's length)."""
+    n = len(arrivals)
     t_run, first = None, 0
     for b in range(0, n, block):
-        for j, t in enumerate(seen[b:b + block].tolist(), start=b):
+        for j, t in enumerate(front_door_times(arrivals[b:b + block], carry=True).tolist(), start=b):
             if t != t_run:
                 if j > first:
                     yield t_run, first, j

@@ -1,0 +1,192 @@
+"""Columnar records (issue 12): streamed and in-memory records agree exactly, memory holds only what is in flight,
+the batch table's running count is the sum it stands for, and the progress bar is for terminals only."""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import json
+import math
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dvasim
+from dvasim.calibration.table import LatencyTable, default_table_path
+from dvasim.cli import main
+from dvasim.core.pipeline import Pipeline
+from dvasim.core.query import Query
+from dvasim.policies import make_policy
+from dvasim.records import RecordStore, read_records, records_frame, summarize_arrays
+from dvasim.sim.engine import simulate
+from dvasim.workload import poisson_arrivals
+
+ROOT = Path(__file__).resolve().parent.parent
+CFG = {
+    "model": {"name": "vgg19", "device": "titanrtx", "stages": 4},
+    "policy": {"name": "dvabatch", "max_batch_size": 32},
+    "workload": {"kind": "poisson", "rate_qps": 380.0, "n_queries": 3000, "seed": 4},
+    "engine": {"progress": False},
+}
+
+
+def test_streamed_records_equal_the_in_memory_ones_and_give_the_same_summary(tmp_path, monkeypatch):
+    mem = dvasim.run(CFG)
+    path = tmp_path / "q.parquet"
+    monkeypatch.setattr(RecordStore, "CHUNK_ROWS", 256)  # the file is written in many pieces, in exit order
+    streamed = dvasim.run(CFG, records=path)
+    assert streamed.frame is None  # nothing held in memory until asked
+    raw = pd.read_parquet(path)
+    assert not raw["query_id"].is_monotonic_increasing  # exit order, not id order: really streamed
+    pd.testing.assert_frame_equal(streamed.queries, mem.queries)
+    assert streamed.summary == {**mem.summary, "sim_wall_s": streamed.summary["sim_wall_s"],
+                                "sim_queries_per_wall_s": streamed.summary["sim_queries_per_wall_s"]}
+
+
+def test_summary_statistics_are_numpy_exact_over_finished_queries():
+    df = dvasim.run(CFG).queries
+    done = df[df["finish_ms"].notna()]
+    lat = (done["finish_ms"] - done["arrival_ms"]).to_numpy()
+    s = summarize_arrays(df["arrival_ms"].to_numpy(), df["start_ms"].to_numpy(), df["finish_ms"].to_numpy(),
+                         df["exit_batch_size"].to_numpy(), 50.0)
+    assert s["mean_latency_ms"] == float(lat.mean())
+    assert s["p99_latency_ms"] == float(np.percentile(lat, 99))
+    assert s["qos_violation_rate"] == pytest.approx((lat > 50.0).mean())
+
+
+def test_unfinished_queries_keep_their_records_in_both_stores(tmp_path):
+    # a run cut short: queries inside the pipeline and queries that never arrived are all in the records
+    table = LatencyTable.load(default_table_path())
+    arrivals = poisson_arrivals(300.0, 500, seed=2)
+    lens = [1] * 500
+    frames = []
+    for path in (None, tmp_path / "cut.parquet"):
+        pipe = Pipeline(table, make_policy("delaybatch", {"max_batch_size": 16}), 2)
+        store = RecordStore(500, table.n_stages, path=path, chunk_rows=64, arrivals=arrivals)
+        res = simulate(pipe, arrivals, lens, until_ms=float(arrivals[250]), records=store, keep_queries=False)
+        assert res.queries is None
+        frames.append(store.frame())
+    a, b = frames
+    pd.testing.assert_frame_equal(a, b)
+    assert list(a["query_id"]) == list(range(500))
+    assert a["finish_ms"].notna().sum() < 250 < a["seen_ms"].notna().sum() + 1
+    assert a["seen_ms"].iloc[300:].isna().all() and (a["arrival_ms"] == arrivals).all()
+
+
+def test_records_frame_of_query_objects_equals_the_store():
+    table = LatencyTable.load(default_table_path())
+    arrivals = poisson_arrivals(200.0, 400, seed=5)
+    pipe = Pipeline(table, make_policy("dvabatch", {"max_batch_size": 16}), 2)
+    res = simulate(pipe, arrivals, [1] * 400, keep_queries=True)
+    pd.testing.assert_frame_equal(records_frame(res.queries, table.n_stages), res.records.frame())
+
+
+def test_no_query_object_outlives_its_exit():
+    """Memory is bounded by what is in flight: after a run, no Query object is left (none kept)."""
+    table = LatencyTable.load(default_table_path())
+    arrivals = poisson_arrivals(250.0, 5000, seed=1)
+    pipe = Pipeline(table, make_policy("dvabatch", {"max_batch_size": 16}), 2)
+    peak = [0]
+    bt = pipe.table
+    pipe.on_begin.append(lambda ex: peak.__setitem__(0, max(peak[0], bt.n_queries())))
+    res = simulate(pipe, arrivals, [1] * 5000, keep_queries=False)
+    assert res.records.n_rows == 5000 and res.stuck is None
+    del res, pipe
+    gc.collect()
+    assert sum(isinstance(o, Query) for o in gc.get_objects()) == 0
+    assert peak[0] > 1  # several queries were in flight at once
+
+
+@pytest.mark.parametrize("policy", ["zerobatch", "dvabatch", "dvabatch-split"])
+def test_the_tables_running_count_of_active_queries_is_the_sum_it_stands_for(policy):
+    table = LatencyTable.load(default_table_path())
+    arrivals = poisson_arrivals(300.0, 1500, seed=8)
+    pipe = Pipeline(table, make_policy(policy, {"max_batch_size": 16}), 2)
+    seen = []
+
+    def check(_ex):
+        t = pipe.table
+        seen.append(t.n_queries())
+        assert t.n_queries() == sum(b.bs - b.status_map[-1] for b in t.rows.values())
+
+    pipe.on_begin.append(check)
+    pipe.on_finish.append(check)
+    simulate(pipe, arrivals, [1] * 1500)
+    assert max(seen) > 1 and pipe.table.n_queries() == 0
+
+
+def test_cli_writes_parquet_always_and_csv_for_small_runs_unless_told(tmp_path):
+    base = ["run", str(ROOT / "configs/default.toml"), "--set", "workload.n_queries=300", "--set",
+            "engine.progress=false", "--no-figure"]
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0
+    a = tmp_path / "a"
+    pq, csv = read_records(a / "queries.parquet"), pd.read_csv(a / "queries.csv")
+    assert len(pq) == 300 and list(pq["query_id"]) == list(csv["query_id"])
+    np.testing.assert_array_equal(pq["finish_ms"].to_numpy(), csv["finish_ms"].to_numpy())
+    assert json.loads((a / "summary.json").read_text())["n_completed"] == 300
+    assert main([*base, "--out", str(tmp_path / "b"), "--no-csv"]) == 0
+    assert (tmp_path / "b" / "queries.parquet").exists() and not (tmp_path / "b" / "queries.csv").exists()
+
+
+def _run_dvasim(args, tty: bool) -> str:
+    cmd = [sys.executable, "-m", "dvasim", *args]
+    env = {**os.environ, "COLUMNS": "120"}
+    if not tty:
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120).stderr
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a 120-column terminal
+    p = subprocess.Popen(cmd, stdout=slave, stderr=slave, env=env, cwd=ROOT)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=120)
+    os.close(master)
+    return out.decode(errors="replace")
+
+
+def test_progress_bar_shows_rate_and_eta_on_a_terminal_and_stays_quiet_otherwise(tmp_path):
+    args = ["run", "configs/default.toml", "--no-figure", "--progress", "--set", "workload.n_queries=60000"]
+    quiet = _run_dvasim([*args, "--out", str(tmp_path / "a")], tty=False)
+    assert "simulating" not in quiet and "q/s" not in quiet
+    shown = _run_dvasim([*args, "--out", str(tmp_path / "b")], tty=True)
+    assert "simulating" in shown and "q/s" in shown and "<" in shown  # rate, and the time left (elapsed<left)
+
+
+def test_nan_free_arrivals_of_closed_loops_are_recorded():
+    cfg = {**CFG, "workload": {"kind": "closed", "clients": 4, "n_queries": 200}}
+    df = dvasim.run(cfg).queries
+    assert df["arrival_ms"].notna().all() and not math.isnan(df["finish_ms"].max())
+
+
+def test_meta_operation_counts_equal_the_log_and_the_log_is_bounded(monkeypatch):
+    from dvasim.core.batch_table import BatchTable, meta_op_counts
+
+    table = LatencyTable.load(default_table_path())
+    arrivals = poisson_arrivals(420.0, 3000, seed=3)
+    pipe = Pipeline(table, make_policy("dvabatch", {"max_batch_size": 16}), 2)
+    simulate(pipe, arrivals, [1] * 3000)
+    log = pipe.table.log
+    c = meta_op_counts(pipe.table)
+    assert c["n_batches"] == sum(op[0] == "new" for op in log) > 0
+    assert c["n_stretch"] == sum(op[0] == "stretch" for op in log) > 0
+    assert c["n_stretch_started"] == sum(op[0] == "stretch" and op[3][1] for op in log)
+    assert c["n_split"] == sum(op[0] == "split" for op in log)
+    monkeypatch.setattr(BatchTable, "LOG_LIMIT", 50)
+    pipe2 = Pipeline(table, make_policy("dvabatch", {"max_batch_size": 16}), 2)
+    simulate(pipe2, arrivals, [1] * 3000)
+    assert len(pipe2.table.log) == 50 and meta_op_counts(pipe2.table) == c
