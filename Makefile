@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 OUT    ?= results/compare
 
-.PHONY: run run-one test test-slow fuzz bench lint clean
+.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean
 
 $(VENV)/.stamp-run: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,12 @@ fuzz: $(VENV)/.stamp-dev
 		tests/test_long_time.py --hypothesis-show-statistics
 
 bench: $(VENV)/.stamp-run
+	$(PY) benchmarks/bench_speed.py
 	$(PY) benchmarks/bench_sim.py
+	$(PY) benchmarks/bench_study.py
+
+bench-10m: $(VENV)/.stamp-run
+	$(PY) benchmarks/bench_memory.py
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check .

@@ -40,18 +40,21 @@ class SimulationStuck(RuntimeError):
 
 def _run_watched(env: simpy.Environment, pipeline: Pipeline, limit: int) -> None:
     """``env.run()``, stopping with :class:`SimulationStuck` when ``limit`` events in a row leave the clock where
-    it was."""
-    step, peek = env.step, env.peek
+    it was. (The clock is read from the environment's own attribute: this loop runs once per event.)"""
+    step = env.step
     t_prev, same = env.now, 0
-    while peek() != math.inf:
-        step()
-        if env.now != t_prev:
-            t_prev, same = env.now, 0
-            continue
-        same += 1
-        if same > limit:
-            raise SimulationStuck(f"no progress in simulated time for {limit:,} events at {env.now:.6f} ms; "
-                                  + pipeline.stuck_report())
+    try:
+        while True:
+            step()
+            if env._now != t_prev:
+                t_prev, same = env._now, 0
+                continue
+            same += 1
+            if same > limit:
+                raise SimulationStuck(f"no progress in simulated time for {limit:,} events at {env.now:.6f} ms; "
+                                      + pipeline.stuck_report())
+    except simpy.core.EmptySchedule:
+        return
 
 
 def simulate(
