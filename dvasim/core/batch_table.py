@@ -43,7 +43,7 @@ class MetaOpError(RuntimeError):
     """A policy asked for a meta operation that the batch table does not allow."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Batch:
     bid: int
     queries: list[Query]
@@ -98,7 +98,7 @@ class BatchItem(NamedTuple):
         return self.start > 0
 
 
-@dataclass
+@dataclass(slots=True)
 class Completion:
     """What :meth:`BatchTable.complete` reports about a finished stage execution."""
 

@@ -60,7 +60,7 @@ class Lane:
         return not self.queues[0] and self.executors[0].state in (ExecutorState.ACTIVE, ExecutorState.INACTIVE)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Execution:
     """One stage execution: ``batch_size`` queries of one batch through one stage, padded to ``seq_len``."""
 
@@ -101,6 +101,7 @@ class Pipeline:
         self.n_buffer_pairs = n_buffer_pairs
         self.table = BatchTable(self.n_stages)
         self.lanes = [Lane(k, self.n_stages, n_buffer_pairs, record_states) for k in range(instances)]
+        self._free_lanes = instances  # lanes that hold no batch
         # flat views (lane 0 first) for diagnostics and single-instance users
         self.buffers = self.lanes[0].buffers
         self.executors = [e for lane in self.lanes for e in lane.executors]
@@ -136,7 +137,13 @@ class Pipeline:
 
     def free_instances(self) -> int:
         """Instances that hold no batch at all (what Triton's batcher waits for)."""
-        return sum(1 for lane in self.lanes if lane.batches == 0)
+        return self._free_lanes
+
+    def _add_batches(self, lane: Lane, n: int) -> None:
+        """``n`` more (or fewer) batches live in ``lane``; keeps the count of free instances."""
+        was_free = lane.batches == 0
+        lane.batches += n
+        self._free_lanes += (lane.batches == 0) - was_free
 
     @property
     def instances(self) -> int:
@@ -211,7 +218,7 @@ class Pipeline:
         done = self.table.complete(item, stage, now)
         batch = done.batch
         if batch.bid not in self.table:
-            lane.batches -= 1
+            self._add_batches(lane, -1)
         if done.exited:
             for q in done.exited:
                 q.finish = now
@@ -259,7 +266,7 @@ class Pipeline:
             items = self.table.split(op.bid, list(op.sizes), stage, now)
         except MetaOpError as e:
             raise PolicyError(f"{self.policy.name}: {e}") from None
-        lane.batches += len(items) - 1
+        self._add_batches(lane, len(items) - 1)
         lane.dirty = True
         for it in items:
             self.table[it.bid].lane = lane.index
@@ -324,7 +331,7 @@ class Pipeline:
             lane = self._pick_lane()
             item = self.table.new(list(op.queries), now, splittable=op.splittable)
             self.table[item.bid].lane = lane.index
-            lane.batches += 1
+            self._add_batches(lane, 1)
             self._push(0, item)
         elif isinstance(op, Stretch):
             self._stretch(op, now)

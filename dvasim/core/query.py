@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Query:
     """One request. ``seq_len`` is its input length (1 for fixed-size inputs such as images).
 

@@ -242,11 +242,12 @@ def simulate(
     # ---------------------------------------------------------------- open loop
     def arrivals_process():
         # queries seen at the same time reach the front door together, before it decides
-        for t, k0, k1 in _groups(arrivals, front_door_times):
+        for t, first, times in _groups(arrivals, front_door_times):
             if t > env.now:
                 yield env.timeout(t - env.now)
-            for k in range(k0, k1):
-                pipeline.arrive(make_query(k, float(arrivals[k])), env.now)
+            now = env.now
+            for k, a in enumerate(times, start=first):
+                pipeline.arrive(make_query(k, a), now)
             poke()
 
     # ---------------------------------------------------------------- closed loop
@@ -388,15 +389,18 @@ def simulate(
 
 
 def _groups(arrivals, front_door_times, block: int = 1 << 16):
-    """``(t, first, end)`` for each run of queries the front door sees at the same time ``t``, in order; the times
-    are computed from ``arrivals`` a block at a time (memory stays small whatever the run's length)."""
+    """``(t, first, arrivals)`` for each run of queries the front door sees at the same time ``t``, in order:
+    the id of the first and the arrival times of all; the times are computed from ``arrivals`` a block at a time
+    (memory stays small whatever the run's length)."""
     n = len(arrivals)
-    t_run, first = None, 0
+    t_run, first, run = None, 0, []
     for b in range(0, n, block):
-        for j, t in enumerate(front_door_times(arrivals[b:b + block], carry=True).tolist(), start=b):
+        for j, (t, a) in enumerate(zip(front_door_times(arrivals[b:b + block], carry=True).tolist(),
+                                       arrivals[b:b + block].tolist()), start=b):
             if t != t_run:
-                if j > first:
-                    yield t_run, first, j
-                t_run, first = t, j
-    if n:
-        yield t_run, first, n
+                if run:
+                    yield t_run, first, run
+                t_run, first, run = t, j, []
+            run.append(a)
+    if run:
+        yield t_run, first, run
