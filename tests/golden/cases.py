@@ -80,6 +80,19 @@ for pname in ("zerobatch", "delaybatch", "dvabatch"):
         host={"modules": "eager", "cores": 2, "launch_ms": [0.4, 0.5], "launch_per_row_ms": [0.01, 0.01],
               "copy_ms": [0.05, 0.05], "python_ms": 0.02, "stall_prob": 0.02, "stall_ms": [3.0, 6.0, 20.0]})
 
+# exact ties: dyadic stage times and arrivals on a 0.5 ms grid, so completions, arrivals, window deadlines and
+# closed-loop sends fall on the same instants; two instances on a parallel device finish together
+DYADIC = {"table": "tests/golden/dyadic_3stages.csv"}
+_grid = {"kind": "explicit", "arrivals_ms": [0.5 * ((k * 7) % 11 + 3 * (k // 4)) for k in range(96)]}
+for pname, pol in (("zerobatch", {"name": "zerobatch", "max_batch_size": 8}),
+                   ("delaybatch", {"name": "delaybatch", "max_queue_delay_ms": 2.0, "max_batch_size": 8}),
+                   ("dvabatch", {"name": "dvabatch", "max_batch_size": 8})):
+    for sharing, inst in (("parallel", 2), ("fluid", 1), ("exclusive", 2)):
+        CASES[f"dyadic-{pname}-{sharing}-inst{inst}-grid"] = _case(DYADIC, pol, _grid, sharing=sharing,
+                                                                   instances=inst)
+        CASES[f"dyadic-{pname}-{sharing}-inst{inst}-closed"] = _case(
+            DYADIC, pol, {"kind": "closed", "clients": 6, "n_queries": 120}, sharing=sharing, instances=inst)
+
 # columns compared (every timestamp and identity of a query's record)
 COLUMNS = ("query_id", "arrival_ms", "seen_ms", "admitted_ms", "start_ms", "finish_ms", "seq_len", "batch_id",
            "exit_batch_id", "exit_batch_size")
