@@ -34,13 +34,13 @@ def columns(n_stages: int) -> list[str]:
 
 
 def _row(q, n_stages: int) -> tuple:
-    st, fi = q.stage_start, q.stage_finish
+    st = q.stage_start
     if not st:  # never reached the front door
+        nan = [math.nan] * n_stages
         return (q.qid, q.arrival, q.seen, q.admitted, math.nan, q.finish, q.seq_len, q.batch_id, q.exit_batch_id,
-                q.exit_batch_size, *([math.nan] * (2 * n_stages)))
-    stages = [x for pair in zip(st, fi) for x in pair]
+                q.exit_batch_size, nan, nan)
     return (q.qid, q.arrival, q.seen, q.admitted, st[0], q.finish, q.seq_len, q.batch_id, q.exit_batch_id,
-            q.exit_batch_size, *stages)
+            q.exit_batch_size, st, q.stage_finish)
 
 
 class RecordStore:
@@ -82,8 +82,8 @@ class RecordStore:
     def add_unseen(self, qid: int, seq_len: int) -> None:
         """A query that never reached the front door (its arrival, if known, is in the summary arrays)."""
         nan = math.nan
-        self._rows.append((qid, float(self.arrival[qid]), nan, nan, nan, nan, seq_len, -1, -1, 0,
-                           *([nan] * (2 * self.n_stages))))
+        stages = [nan] * self.n_stages
+        self._rows.append((qid, float(self.arrival[qid]), nan, nan, nan, nan, seq_len, -1, -1, 0, stages, stages))
         if len(self._rows) >= self.chunk_rows:
             self._flush()
 
@@ -92,9 +92,15 @@ class RecordStore:
             return
         cols = list(zip(*self._rows))
         self._rows = []
-        names = [c for c in columns(self.n_stages) if c not in ("latency_ms", "queue_ms")]
+        names = ["query_id", "arrival_ms", "seen_ms", "admitted_ms", "start_ms", "finish_ms", "seq_len", "batch_id",
+                 "exit_batch_id", "exit_batch_size"]
         chunk = {name: np.array(col, dtype=np.int64 if name in _INT_COLS else np.float64)
                  for name, col in zip(names, cols)}
+        starts = np.array(cols[10], dtype=np.float64).reshape(len(cols[10]), self.n_stages)
+        finishes = np.array(cols[11], dtype=np.float64).reshape(len(cols[11]), self.n_stages)
+        for s in range(self.n_stages):
+            chunk[f"s{s}_start_ms"] = starts[:, s]
+            chunk[f"s{s}_finish_ms"] = finishes[:, s]
         qid = chunk["query_id"]
         if not self._arrivals_known:
             self.arrival[qid] = chunk["arrival_ms"]

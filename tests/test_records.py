@@ -101,7 +101,7 @@ def test_no_query_object_outlives_its_exit():
     assert res.records.n_rows == 5000 and res.stuck is None
     del res, pipe
     gc.collect()
-    assert sum(isinstance(o, Query) for o in gc.get_objects()) == 0
+    assert sum(type(o) is Query for o in gc.get_objects()) == 0
     assert peak[0] > 1  # several queries were in flight at once
 
 

@@ -163,6 +163,28 @@ class Pipeline:
         query.stage_finish = [math.nan] * self.n_stages
         self.policy.on_arrival(query)
 
+    def arrive_many(self, queries: list[Query], now: float) -> None:
+        """:meth:`arrive` for each of ``queries``, in order (queries seen together)."""
+        self._now = now
+        n = self.n_stages
+        on_arrival = self.policy.on_arrival
+        for q in queries:
+            q.seen = now
+            q.stage_start = [math.nan] * n
+            q.stage_finish = [math.nan] * n
+            on_arrival(q)
+
+    def quiet(self) -> bool:
+        """True when :meth:`step` would start nothing and change nothing, and :meth:`wakeup_time` is ``inf``: no
+        executor has anything new to look at and the policy says its front door cannot act now
+        (:meth:`Policy.front_door_blocked`). Engines may then skip the step."""
+        if not self.policy.front_door_blocked():
+            return False
+        for lane in self.lanes:
+            if lane.dirty:
+                return False
+        return True
+
     def wakeup_time(self) -> float:
         return self.policy.next_wakeup(self._now)
 

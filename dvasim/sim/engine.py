@@ -215,6 +215,9 @@ def simulate(
         processed (after what is already due at this instant); one for ``self_k`` (the executor that has just
         finished) is left in its mailbox for the caller to start at once."""
         now = env.now
+        if pipeline.quiet():  # nothing can start and the front door would neither act nor arm a timer
+            pipeline._now = now
+            return
         for ex in pipeline.step(now):
             k = ex.lane * n_stages + ex.stage
             mailbox[k] = ex
@@ -240,15 +243,27 @@ def simulate(
         poke()
 
     # ---------------------------------------------------------------- open loop
-    def arrivals_process():
-        # queries seen at the same time reach the front door together, before it decides
-        for t, first, times in _groups(arrivals, front_door_times):
+    groups = _groups(arrivals, front_door_times)
+
+    def next_arrivals(_ev=None) -> None:
+        """Queries seen at the same time reach the front door together, before it decides; then the next group
+        is awaited (callbacks of a chain of timeouts: the events, and their order, of a process doing the same)."""
+        while True:
+            group = next(groups, None)
+            if group is None:
+                return
+            t, first, times = group
             if t > env.now:
-                yield env.timeout(t - env.now)
-            now = env.now
-            for k, a in enumerate(times, start=first):
-                pipeline.arrive(make_query(k, a), now)
-            poke()
+                env.timeout(t - env.now).callbacks.append(lambda _e, g=group: arrive_group(g))
+                return
+            arrive_group(group, chain=False)
+
+    def arrive_group(group, chain: bool = True) -> None:
+        _t, first, times = group
+        pipeline.arrive_many([make_query(k, a) for k, a in enumerate(times, start=first)], env.now)
+        poke()
+        if chain:
+            next_arrivals()
 
     # ---------------------------------------------------------------- closed loop
     def closed_clients_send(n: int, delay: float):
@@ -350,7 +365,7 @@ def simulate(
             ev.succeed()
 
     if closed_clients is None:
-        env.process(arrivals_process())
+        _fire(next_arrivals, URGENT)  # where the arrivals process would start
     else:
         env.process(closed_clients_send(closed_clients, 0.0))
     for k in range(n_exec):
