@@ -306,3 +306,17 @@ def test_bucketed_table_pads_up_to_the_next_length():
     assert tb.latency(1, 2, 32) == pytest.approx(32.0) and tb.bucket(32) == 32
     assert tb.latency(0, 1, 5) == pytest.approx(16.0) and tb.bucket(5) == 16
     assert make_table(1, lambda s, b: 1.0, batch_sizes=[1]).bucket(7) == 7
+
+
+def test_the_best_throughput_of_a_stage_is_the_max_over_profiled_batch_sizes_exactly():
+    """The demand's denominator is computed in one pass over the table's rows; it equals, bit for bit, the
+    maximum of throughput() over the profiled batch sizes (at every length, interpolated or not)."""
+    from dvasim.calibration.models import resolve_model
+
+    for model in ("bert_base", "vgg19"):
+        t = resolve_model({"name": model, "device": "titanrtx", "stages": 3}).table
+        lens = [None] if t.seq_lens is None else list(range(1, int(t.seq_lens.max()) + 1, 7))
+        for s in range(t.n_stages):
+            for length in lens:
+                t._max_thr_cache.clear()
+                assert t._max_throughput(s, length) == max(t.throughput(s, b, length) for b in t._b_list)

@@ -452,7 +452,17 @@ class LatencyTable:
         key = (stage, seq_len)
         got = self._max_thr_cache.get(key)
         if got is None:
-            got = max(self.throughput(stage, b, seq_len) for b in self._b_list)
+            # batch_size / latency at every profiled batch size (what throughput() gives there, without its
+            # per-call checks: at a profiled batch size only the length is interpolated)
+            rows = self._lat_list[self._norm_stage(stage)]
+            if seq_len is None:
+                lats = [r[0] for r in rows]
+            else:
+                l0, l1, wl = self._bracket(self._l_list, self._l_index, max(seq_len, self._min_l))
+                if self.bucketed and wl:
+                    l0, wl = l1, 0.0
+                lats = [r[l0] * (1.0 - wl) + r[l1] * wl for r in rows] if wl else [r[l0] for r in rows]
+            got = max(b / float(lat) for b, lat in zip(self._b_list, lats))
             self._max_thr_cache[key] = got
         return got
 
