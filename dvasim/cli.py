@@ -60,6 +60,23 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from dvasim.sweep import sweep
+
+    if args.workers is not None and args.workers < 1:
+        print("dvasim sweep: error: --workers must be >= 1", file=sys.stderr)
+        return 2
+    check_out_dir(args.out)
+    table = sweep(args.sweep, args.out, workers=args.workers, dask=args.dask, figure=not args.no_figure)
+    stuck = int((table["stuck"] != "").sum()) if "stuck" in table else 0
+    print(f"dvasim sweep {args.sweep}: {len(table)} runs; results in {args.out}/results.csv, results.parquet"
+          + ("" if args.no_figure else ", latency_vs_load.png"))
+    if stuck:
+        print(f"dvasim: error: {stuck} runs did not finish every query (column 'stuck' says where)", file=sys.stderr)
+        return 1
+    return 0
+
+
 def add_config_arguments(p: argparse.ArgumentParser, config_help: str) -> None:
     """The arguments every config-running command takes: the config, --out, --set, --no-figure."""
     p.add_argument("config", help=config_help)
@@ -123,6 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", metavar="ENGINE.toml", default=None,
                    help="an engine file written by dvasim fit, merged over the config's [engine]")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("sweep", help="many runs of one config with keys changed (grid, random draws, seeds), in "
+                                     "parallel or on a Dask cluster; resumable")
+    p.add_argument("sweep", help="sweep file (TOML): base = CONFIG, [grid], [random], [seeds]; see dvasim.sweep")
+    p.add_argument("--out", required=True, help="output directory (runs/ cache, results.csv/.parquet, figure)")
+    p.add_argument("--workers", type=int, default=None, help="local processes (default: one per core; 1 = serial)")
+    p.add_argument("--dask", metavar="tcp://HOST:PORT", default=None, help="run on this Dask scheduler instead")
+    p.add_argument("--no-figure", action="store_true", help="skip latency_vs_load.png")
+    p.set_defaults(func=cmd_sweep)
     sub.add_parser("compare", help="ZeroBatch / DelayBatch / DVABatch on the six models (paper Figs 14, 16), "
                                    "with Triton x2 and DVABatch ablations")
     sub.add_parser("fit", help="fit the simulator's engine to replay folders: dvasim fit DIR... --out engine.toml")

@@ -146,3 +146,28 @@ def attribution_bars(att: pd.DataFrame, path: str | Path, title: str = "") -> Pa
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def sweep_figure(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """Mean and p99 latency against the offered load of a sweep's runs (:func:`dvasim.sweep.sweep`'s table):
+    one line per ``label`` (the swept values other than the load and the seed), the mean over seeds with its 95%
+    interval when there are several. Lines labelled by policy alone get the policies' colours."""
+    plt, sns = _plt()
+    df = table.copy()
+    df["label"] = df["label"].replace("", "all runs")
+    labels = list(dict.fromkeys(df["label"]))
+    # a line of one policy gets that policy's colour (the first word of its label)
+    heads = [lb.split(" ", 1)[0] for lb in labels]
+    palette = None
+    if len(set(heads)) == len(heads) and all(h in PALETTE for h in heads):
+        palette = {lb: PALETTE[h] for lb, h in zip(labels, heads)}
+        labels = sorted(labels, key=lambda lb: list(PALETTE).index(lb.split(" ", 1)[0]))
+    # the nominal rate when it was swept (seeds then average at one point), else the measured offered rate
+    x = "workload.rate_qps" if "workload.rate_qps" in df else "offered_qps"
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, metric, name in zip(axes, ("mean_latency_ms", "p99_latency_ms"), ("mean", "p99")):
+        sns.lineplot(data=df, x=x, y=metric, hue="label", hue_order=labels, palette=palette, marker="o",
+                     errorbar=("ci", 95), ax=ax)
+        ax.set(xlabel="offered load (queries/s)", ylabel=f"{name} latency (ms)", title=f"{name} latency")
+        ax.legend(fontsize=8)
+    return save_figure(fig, path, title or "sweep: latency against offered load")
