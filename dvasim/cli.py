@@ -30,6 +30,7 @@ def print_summary(summary: dict, file=sys.stdout) -> None:
         "policy", "n_queries", "n_completed", "offered_qps", "throughput_qps", "mean_latency_ms", "p50_latency_ms",
         "p90_latency_ms", "p95_latency_ms", "p99_latency_ms", "qos_target_ms", "qos_violation_rate",
         "mean_exit_batch_size", "n_batches", "n_stretch", "n_split", "device_busy_fraction", "sim_queries_per_wall_s",
+        "stable", "stability_reason",
     ]
     width = max(len(k) for k in keys)
     for k in keys:
@@ -74,6 +75,31 @@ def cmd_sweep(args) -> int:
     if stuck:
         print(f"dvasim: error: {stuck} runs did not finish every query (column 'stuck' says where)", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_capacity(args) -> int:
+    import json
+
+    from dvasim.capacity import capacity
+
+    check_out_dir(args.out)
+
+    def show(p: dict) -> None:
+        print(f"  {p['rate_qps']:10.2f} qps  n={p['n_queries']:<6} slow {p['slow_fraction']:.4f}  "
+              f"{'within' if p['within_slo'] else 'over  '} ({p['decided_by']})", flush=True)
+
+    res = capacity(args.config, args.slo_ms, percentile=args.percentile, overrides=args.set,
+                   confidence=args.confidence, resolution=args.resolution, lo=args.lo, hi=args.hi,
+                   max_queries=args.max_queries, progress=show)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "capacity.json").write_text(json.dumps(res, indent=2) + "\n")
+    print(f"dvasim capacity {args.config}: {res['capacity_qps']:.2f} qps with p{args.percentile:g} <= "
+          f"{args.slo_ms:g} ms (resolution {res['resolution'] if res['resolution'] is not None else float('nan'):.1%}"
+          f", {res['n_probes']} probes); {out}/capacity.json")
+    if not res["top_exceeded"]:
+        print(f"dvasim: warning: {res['note']}", file=sys.stderr)
     return 0
 
 
@@ -140,6 +166,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", metavar="ENGINE.toml", default=None,
                    help="an engine file written by dvasim fit, merged over the config's [engine]")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("capacity", help="the highest offered rate that meets a latency SLO (bracketing and "
+                                        "bisection, each point with enough queries for a confident percentile)")
+    p.add_argument("config", help="TOML config with [workload] kind = \"poisson\" or \"uniform\"")
+    p.add_argument("--slo-ms", type=float, required=True, help="the latency SLO (ms)")
+    p.add_argument("--percentile", type=float, default=99.0, help="the percentile the SLO bounds (default 99)")
+    p.add_argument("--out", required=True, help="output directory (capacity.json)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config key")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence of each probe's verdict (0.95)")
+    p.add_argument("--resolution", type=float, default=0.02, help="stop when hi/lo - 1 is at most this (0.02)")
+    p.add_argument("--lo", type=float, default=None, help="bottom of the first bracket (qps, default 1)")
+    p.add_argument("--hi", type=float, default=None, help="top of the first bracket (qps, default: twice the "
+                                                          "table's throughput bound)")
+    p.add_argument("--max-queries", type=int, default=64_000, help="most queries in one probe (64,000)")
+    p.set_defaults(func=cmd_capacity)
     p = sub.add_parser("sweep", help="many runs of one config with keys changed (grid, random draws, seeds), in "
                                      "parallel or on a Dask cluster; resumable")
     p.add_argument("sweep", help="sweep file (TOML): base = CONFIG, [grid], [random], [seeds]; see dvasim.sweep")

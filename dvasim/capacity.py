@@ -1,0 +1,158 @@
+"""Capacity under a latency SLO: the highest offered rate whose ``percentile``-th latency stays within ``slo_ms``.
+
+For any config with an open-loop rate (``[workload] kind = "poisson"`` or ``"uniform"``; the config's other
+workload keys are kept), :func:`capacity` brackets the capacity and bisects it:
+
+1. **Bracket.** From ``lo`` (default: 1 qps) and ``hi`` (default: twice the throughput bound of the table: the
+   best ``b / T(b)`` of the slowest stage, times the instances), ``hi`` is doubled until a probe fails, at most
+   ``max_doublings`` times; a bracket top that was never exceeded is flagged (``top_exceeded = false``: the
+   capacity is at least the reported value).
+2. **Bisect** in log scale until ``hi / lo - 1 <= resolution`` (default 2%); the capacity is ``lo``.
+
+**A probe** (one offered rate) runs the config at that rate and decides whether the SLO holds *with confidence*,
+in the spirit of MLPerf LoadGen's early stopping: the SLO holds when the fraction of queries slower than
+``slo_ms`` (unfinished ones count as slower) is at most ``1 - percentile / 100``. With ``k`` slow queries out of
+``n``, the one-sided Clopper-Pearson bounds at ``confidence`` (default 95%) on the true fraction decide: pass if
+the upper bound is within the allowed fraction, fail if the lower bound is above it. Otherwise the probe runs
+again with twice the queries (and a new seed), from ``min_queries`` (default: the fewest that can pass with no
+slow query: ``ln(1 - confidence) / ln(percentile / 100)``, 299 for p99 at 95%, and at least 1,000) up to
+``max_queries`` (default 64,000); still undecided there, the point estimate decides and the probe is marked
+``decided_by = "estimate"``. A run whose throughput falls short of the offered rate (unstable) fails.
+
+:func:`capacity` returns a dict (also written to ``capacity.json`` by ``dvasim capacity``): ``capacity_qps``, the
+bracket, the resolution reached, ``top_exceeded`` and every probe.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+from scipy.stats import beta
+
+from dvasim import config as cfgmod
+from dvasim.errors import ConfigError, IncompleteRunWarning
+
+RATE_KINDS = ("poisson", "uniform")
+
+
+def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """One-sided bounds ``(lower, upper)`` on a binomial fraction after ``k`` successes in ``n`` trials: each
+    holds with probability ``confidence``."""
+    a = 1.0 - confidence
+    lower = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    upper = 1.0 if k == n else float(beta.ppf(1.0 - a, k + 1, n - k))
+    return lower, upper
+
+
+def min_queries_to_pass(percentile: float, confidence: float) -> int:
+    """The fewest queries with which a probe without a single slow query passes."""
+    return math.ceil(math.log(1.0 - confidence) / math.log(percentile / 100.0))
+
+
+def throughput_bound_qps(profile, instances: int = 1) -> float:
+    """An upper bound on any policy's throughput: the slowest stage's best ``b / T(b)``, times the instances."""
+    seq = None if profile.seq_lens is None else int(profile.seq_lens[0])
+    best = [max(b / profile.latency(s, b, seq) for b in profile.batch_sizes) for s in range(profile.n_stages)]
+    return min(best) * 1000.0 * instances
+
+
+def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[str] | None = None,
+             confidence: float = 0.95, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
+             min_queries: int | None = None, max_queries: int = 64_000, max_doublings: int = 8,
+             progress=None) -> dict[str, Any]:
+    """The capacity of ``config`` under the SLO (see the module docstring). ``progress``: a callable given each
+    probe as it is decided."""
+    from dvasim.api import load_profile, run
+
+    if isinstance(slo_ms, bool) or not isinstance(slo_ms, (int, float)) or not math.isfinite(slo_ms) or slo_ms <= 0:
+        raise ConfigError("--slo-ms", f"must be a number > 0 (ms), got {slo_ms!r}")
+    if not 0 < percentile < 100:
+        raise ConfigError("--percentile", f"must be in (0, 100), got {percentile!r}")
+    if not 0.5 <= confidence < 1:
+        raise ConfigError("--confidence", f"must be in [0.5, 1), got {confidence!r}")
+    if not 0 < resolution < 1:
+        raise ConfigError("--resolution", f"must be in (0, 1), e.g. 0.02, got {resolution!r}")
+    raw = cfgmod.load_toml(config) if not isinstance(config, dict) else copy.deepcopy(config)
+    raw = cfgmod.apply_overrides(raw, overrides)
+    wl = raw.get("workload", {})
+    if wl.get("kind") not in RATE_KINDS:
+        raise ConfigError("workload.kind", f"capacity needs an open-loop rate: kind = one of {', '.join(RATE_KINDS)}, "
+                                           f"got {wl.get('kind')!r}")
+    cfg = cfgmod.resolve(raw)
+    profile = load_profile(cfg["model"])
+    bound = throughput_bound_qps(profile, cfg["engine"]["instances"])
+    lo = 1.0 if lo is None else float(lo)
+    hi = 2.0 * bound if hi is None else float(hi)
+    if not 0 < lo < hi:
+        raise ConfigError("--lo", f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}")
+    allowed = 1.0 - percentile / 100.0
+    n0 = max(1000, min_queries_to_pass(percentile, confidence)) if min_queries is None else int(min_queries)
+    seed0 = int(wl.get("seed", 0))
+    probes: list[dict[str, Any]] = []
+
+    def probe(rate: float) -> bool:
+        n, attempt = n0, 0
+        while True:
+            trial = copy.deepcopy(raw)
+            trial["workload"].update(rate_qps=float(rate), n_queries=int(n), seed=seed0 + attempt)
+            trial.setdefault("engine", {})["progress"] = False
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", IncompleteRunWarning)
+                res = run(trial, progress=False)
+            lat = res.queries["latency_ms"].to_numpy()
+            slow = int(np.count_nonzero(~(lat <= slo_ms)))  # NaN (never finished) counts as slow
+            lower, upper = clopper_pearson(slow, n, confidence)
+            s = res.summary
+            served = s["throughput_qps"] / s["offered_qps"] if s.get("offered_qps") else math.nan
+            unstable = bool(s.get("stable") is False) or (math.isfinite(served) and served < 0.9) or bool(res.stuck)
+            if unstable or lower > allowed:
+                ok, how = False, "unstable" if unstable else "confident"
+            elif upper <= allowed:
+                ok, how = True, "confident"
+            elif n * 2 <= max_queries:
+                n, attempt = n * 2, attempt + 1
+                continue
+            else:
+                ok, how = slow / n <= allowed, "estimate"
+            rec = {"rate_qps": float(rate), "n_queries": int(n), "slow": slow, "slow_fraction": slow / n,
+                   "slow_bounds": [lower, upper], f"p{percentile:g}_latency_ms": float(np.nanpercentile(
+                       np.where(np.isnan(lat), np.inf, lat), percentile)),
+                   "served_fraction": served, "within_slo": ok, "decided_by": how}
+            probes.append(rec)
+            if progress is not None:
+                progress(rec)
+            return ok
+
+    if not probe(lo):
+        return _result(0.0, (0.0, lo), slo_ms, percentile, confidence, resolution, True, probes, bound,
+                       note=f"the SLO does not hold even at {lo:g} qps")
+    top_exceeded = False
+    for _ in range(max_doublings + 1):
+        if not probe(hi):
+            top_exceeded = True
+            break
+        lo, hi = hi, hi * 2.0
+    if not top_exceeded:
+        return _result(lo, (lo, math.inf), slo_ms, percentile, confidence, resolution, False, probes, bound,
+                       note=f"the SLO still held at {lo:g} qps (the top of the bracket was never exceeded): the "
+                            f"capacity is at least that")
+    while hi / lo - 1.0 > resolution:
+        mid = math.sqrt(lo * hi)
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return _result(lo, (lo, hi), slo_ms, percentile, confidence, resolution, True, probes, bound)
+
+
+def _result(cap, bracket, slo_ms, percentile, confidence, resolution, top_exceeded, probes, bound, note=""):
+    lo, hi = bracket
+    return {"capacity_qps": cap, "slo_ms": float(slo_ms), "percentile": float(percentile),
+            "confidence": confidence, "bracket_qps": [lo, hi if math.isfinite(hi) else None],
+            "resolution": (hi / lo - 1.0) if lo > 0 and math.isfinite(hi) else None,
+            "resolution_asked": resolution, "top_exceeded": top_exceeded,
+            "throughput_bound_qps": bound, "n_probes": len(probes), "probes": probes, "note": note}
