@@ -5,7 +5,8 @@ Every script has ``main(argv) -> dict[str, pandas.DataFrame]`` and the same opti
 
 * ``--quick``: a small, fast version (short stepping levels, one or two bisection steps, few queries, a subset
   of the models) used by ``tests/test_experiments_smoke.py``;
-* ``--out DIR``: where the CSVs and PNGs go (default ``experiments/results``);
+* ``--out DIR``: where the CSVs and PNGs go (default ``results/experiments`` in the working directory, so a rerun
+  never overwrites the committed results; ``--out experiments/results`` regenerates those);
 * ``--calib-from CSV``: take each model's tuned DelayBatch window and peak throughputs from a previous
   ``fig15_peaks.csv`` instead of recomputing them (``--window-from`` is an alias).
 
@@ -27,7 +28,8 @@ import pandas as pd
 from dvasim import study
 from dvasim.plots import model_panels  # noqa: F401  (the scripts' panel grid: common.model_panels)
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent / "results"  # the committed results
+DEFAULT_OUT = Path("results") / "experiments"  # where a run writes unless told otherwise
 ALL_MODELS = tuple(study.MODELS)
 LAUNCH_OVERHEAD_MS = 0.29  # the paper's measured scheduling overhead (§8.8)
 
@@ -38,7 +40,9 @@ QUICK_STEPPING = {"start_qps": 66.0, "end_qps": 4000.0, "step_queries": 250, "n_
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="small fast version (smoke test)")
-    p.add_argument("--out", type=Path, default=RESULTS, help="output directory (default: experiments/results)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help="output directory (default: results/experiments; the committed results are in "
+                        "experiments/results)")
     p.add_argument("--calib-from", "--window-from", dest="calib_from", type=Path, default=None,
                    help="fig15_peaks.csv giving each model's tuned DelayBatch window (and peaks)")
     p.add_argument("--models", nargs="+", default=None, help="subset of the models")
@@ -50,7 +54,17 @@ def parse(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.out = Path(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
+    if getattr(args, "quick", False):
+        # a quick run is a smoke test: short loads and few queries, not the paper's setup; say so wherever its
+        # numbers appear (printed tables, and a marker next to its files)
+        QUICK["on"] = True
+        print(QUICK_BANNER)
+        (args.out / "QUICK_RUN.txt").write_text(QUICK_BANNER + "\n")
     return args
+
+
+QUICK_BANNER = ("[quick run: a smoke test with short loads and few queries; its numbers are not comparable with the "
+                "paper's or with the full runs in experiments/results]")
 
 
 # ----------------------------------------------------------------------------- peak throughput
@@ -211,9 +225,12 @@ def save(df: pd.DataFrame, out: Path, name: str) -> Path:
     return path
 
 
+QUICK = {"on": False}  # set by parse(): every table printed by show() is then labelled as a quick run
+
+
 def show(df: pd.DataFrame, title: str = "", digits: int = 3) -> None:
     if title:
-        print(f"\n== {title}")
+        print(f"\n== {'[quick] ' if QUICK['on'] else ''}{title}")
     with pd.option_context("display.width", 160, "display.max_columns", 30, "display.max_rows", 200):
         print(df.round(digits).to_string(index=False))
 

@@ -50,6 +50,7 @@ def test_fig15_stepping(fig15, out):
     q = pd.read_csv(out / "fig15_queries.csv.gz")
     assert (q["latency_ms"].dropna() > 0).all()
     assert (out / "fig15_stepping.png").stat().st_size > 0 and (out / "fig15_peaks.png").stat().st_size > 0
+    assert "quick run" in (out / "QUICK_RUN.txt").read_text()  # a quick run is labelled as one
     # input diversity: DVABatch removes BERT's padding, so its peak is at least DelayBatch's
     bb = peaks.set_index("model").loc["bert_base"]
     assert bb["peak_qps_dvabatch"] >= bb["peak_qps_delaybatch"]
@@ -173,3 +174,9 @@ def test_tcomp_wait_sweep(out):
         assert started.is_monotonic_increasing
     assert df["complete"].all() and (df["n_completed"] == 800).all()  # no run may stall with queries unfinished
     assert (out / "tcw" / "tcomp_wait_sweep.png").stat().st_size > 0
+
+
+def test_scripts_write_outside_the_committed_results_by_default():
+    common = load("common")
+    args = common.parser("x").parse_args([])
+    assert args.out == Path("results") / "experiments" and args.out.resolve() != common.RESULTS.resolve()

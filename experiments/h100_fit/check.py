@@ -27,7 +27,9 @@ REPLAYS = ROOT / "traces" / "h100_replays"
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent))
+    p.add_argument("--out", default=str(Path("results") / "experiments" / "h100_fit"),
+                   help="output directory (default: results/experiments/h100_fit; the committed results are in "
+                        "experiments/h100_fit, regenerated with --out experiments/h100_fit)")
     p.add_argument("--replays", default=str(REPLAYS))
     p.add_argument("--gpu-table", action="store_true",
                    help="give the device model the GPU-true stage times (<model>_gpu_table.csv)")
