@@ -65,6 +65,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     from dvasim.records import RecordStore
     from dvasim.sim.engine import simulate
     from dvasim.sim.host import host_from_config
+    from dvasim.stability import offered_rates, run_verdict
     from dvasim.workload import workload_from_config
 
     cfg = cfgmod.resolve(config, overrides, engine=engine)
@@ -81,8 +82,10 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"],
                         qos_target_ms=cfg["qos"]["target_ms"],
                         input_lengths=workload.seq_lens if profile.seq_lens is not None else None)
+    offered = offered_rates(cfg["workload"], len(workload.seq_lens))
     store = RecordStore(len(workload.seq_lens), profile.n_stages, path=records,
-                        arrivals=None if workload.closed_clients is not None else workload.arrivals_ms)
+                        arrivals=None if workload.closed_clients is not None else workload.arrivals_ms,
+                        offered_qps=offered)
     res = simulate(
         pipeline, workload.arrivals_ms, workload.seq_lens, records=store, keep_queries=False,
         sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"], cores=eng["cores"],
@@ -100,6 +103,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         sim_wall_s=res.wall_s, sim_queries_per_wall_s=n / res.wall_s if res.wall_s > 0 else float("nan"),
         **meta_op_counts(res.pipeline.table),
     )
+    summary.update(run_verdict(store, cfg, offered))  # stable, its measures; a stepping run's levels
     resolved = {**cfg, "policy": {**cfg["policy"], **policy.describe()}}
     resolved["model"] = {**cfg["model"], "provenance": dict(getattr(profile, "provenance", {}))}
     if host is not None:

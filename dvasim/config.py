@@ -6,7 +6,7 @@ Sections and keys::
                 or name = "bert_base", device = "titanrtx" | "a100" | "h100" | "cpu", stages = 4
     [policy]    name = "delaybatch"           # any registered policy; its other keys are its parameters
     [workload]  kind = "poisson" | "uniform" | "explicit" | "stepping", ...   (see dvasim.workload)
-    [qos]       target_ms = 200
+    [qos]       target_ms = 200, warmup_fraction = 0.0   # share of the first queries the stability verdict skips
     [engine]    buffer_pairs = 2, sharing = "fluid" | "exclusive" | "parallel" | "cores", cores = 2,
                 corun_slowdown = 1.0, launch_overhead_ms = 0.0, admission_delay_ms = 0.0,
                 service_cv = 0.0, progress = false
@@ -35,7 +35,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {},
     "policy": {"name": "zerobatch"},
     "workload": {},
-    "qos": {"target_ms": 200.0},
+    "qos": {"target_ms": 200.0, "warmup_fraction": 0.0},
     "engine": {
         "buffer_pairs": 2,
         "instances": 1,
@@ -64,7 +64,8 @@ ENGINE_KEYS = {
     "host": "[engine.host]: the host of a GPU run (launch costs, launching cores, interpreter lock); "
             "see dvasim.sim.host",
 }
-QOS_KEYS = {"target_ms": "latency target for the QoS violation rate"}
+QOS_KEYS = {"target_ms": "latency target for the QoS violation rate",
+            "warmup_fraction": "share of the first queries (by arrival) left out of the stability verdict, in [0, 1)"}
 REPLAY_KEYS = {"modules": 'how the replay runs the stage modules: "auto" (CUDA graphs on a GPU, TorchScript on a '
                           'CPU), "cudagraph", "torchscript" (traced and frozen) or "eager"'}
 
@@ -214,6 +215,10 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     if not isinstance(eng["progress"], bool):
         raise ConfigError("engine.progress", f"must be true or false, got {eng['progress']!r}")
     _number(cfg["qos"], "qos", "target_ms", minimum=0.0, strict=True)
+    wf = cfg["qos"]["warmup_fraction"]
+    if isinstance(wf, bool) or not isinstance(wf, (int, float)) or not 0 <= wf < 1:
+        raise ConfigError("qos.warmup_fraction", f"must be a number in [0, 1) (share of the queries), got {wf!r}")
+    cfg["qos"]["warmup_fraction"] = float(wf)
     if not isinstance(cfg["policy"].get("name"), str):
         raise ConfigError("policy.name", "must be a string naming a policy")
     return cfg

@@ -9,7 +9,8 @@ never did) and keeps
 * the full record (:data:`columns`) of every query, either in memory (``frame()`` gives the DataFrame, in query
   id order) or written to a Parquet file in chunks of ``chunk_rows`` rows, in the order the queries left
   (``path``; read it back sorted with :func:`read_records`). Memory then stays bounded by the chunk, whatever the
-  run's length.
+  run's length. Given a per-query ``offered_qps`` array, the records end with an ``offered_qps`` column (the rate
+  the query was offered at; see :func:`dvasim.stability.offered_rates`).
 
 Nothing here imports simpy or torch.
 """
@@ -49,7 +50,7 @@ class RecordStore:
     CHUNK_ROWS = 1 << 16  # rows buffered before they are converted to columns (and written, when streaming)
 
     def __init__(self, n: int, n_stages: int, path: str | Path | None = None, chunk_rows: int | None = None,
-                 arrivals: np.ndarray | None = None):
+                 arrivals: np.ndarray | None = None, offered_qps: np.ndarray | None = None):
         self.n = n
         self.n_stages = n_stages
         self.chunk_rows = chunk_rows or self.CHUNK_ROWS
@@ -60,6 +61,7 @@ class RecordStore:
         self.start = np.full(n, math.nan)
         self.finish = np.full(n, math.nan)
         self.exit_batch_size = np.zeros(n, dtype=np.int32)
+        self.offered_qps = None if offered_qps is None else np.asarray(offered_qps, dtype=np.float64)
         self._rows: list[tuple] = []
         self._chunks: list[dict[str, np.ndarray]] = []
         self._writer = None
@@ -107,6 +109,8 @@ class RecordStore:
         self.start[qid] = chunk["start_ms"]
         self.finish[qid] = chunk["finish_ms"]
         self.exit_batch_size[qid] = chunk["exit_batch_size"]
+        if self.offered_qps is not None:
+            chunk["offered_qps"] = self.offered_qps[qid]
         self.n_rows += len(qid)
         if self.path is None:
             self._chunks.append(chunk)
@@ -134,8 +138,9 @@ class RecordStore:
         if self.path is not None:
             return read_records(self.path)
         if not self._chunks:
+            extra = [] if self.offered_qps is None else ["offered_qps"]
             return pd.DataFrame({c: np.array([], dtype=np.int64 if c in _INT_COLS else np.float64)
-                                 for c in columns(self.n_stages)})
+                                 for c in [*columns(self.n_stages), *extra]})
         merged = {k: np.concatenate([c[k] for c in self._chunks]) for k in self._chunks[0]}
         order = np.argsort(merged["query_id"], kind="stable")
         return pd.DataFrame(_with_derived({k: v[order] for k, v in merged.items()}, self.n_stages))
@@ -157,7 +162,8 @@ def _with_derived(chunk: dict[str, np.ndarray], n_stages: int) -> dict[str, np.n
     out = dict(chunk)
     out["latency_ms"] = chunk["finish_ms"] - chunk["arrival_ms"]
     out["queue_ms"] = chunk["start_ms"] - chunk["arrival_ms"]
-    return {c: out[c] for c in columns(n_stages)}
+    extra = ["offered_qps"] if "offered_qps" in chunk else []
+    return {c: out[c] for c in [*columns(n_stages), *extra]}
 
 
 def read_records(path: str | Path) -> pd.DataFrame:

@@ -155,16 +155,15 @@ def run_config(cfg: dict[str, Any]):
 
 # ----------------------------------------------------------------------------- peak throughput
 def level_stats(df: pd.DataFrame, rates: np.ndarray, qos_ms: float = QOS_MS, pct: float = 99.0) -> pd.DataFrame:
-    """Latency per offered-rate level of a stepping run (unfinished queries count as infinitely late)."""
-    lat = df["latency_ms"].to_numpy().copy()
-    lat[np.isnan(lat)] = np.inf
-    out = []
-    for r in np.unique(rates):
-        m = rates == r
-        out.append({"offered_qps": float(r), "n": int(m.sum()), "mean_latency_ms": float(np.mean(lat[m])),
-                    f"p{pct:g}_latency_ms": float(np.percentile(lat[m], pct)),
-                    "within_qos": bool(np.percentile(lat[m], pct) <= qos_ms)})
-    return pd.DataFrame(out)
+    """Latency per offered-rate level of a stepping run (unfinished queries count as infinitely late): one row per
+    level, as :func:`dvasim.stability.level_stats` (the ``levels`` of a stepping run's summary); throughput and
+    the stability verdict too when ``df`` has ``arrival_ms`` and ``finish_ms``."""
+    from dvasim import stability
+
+    timed = "arrival_ms" in df and "finish_ms" in df
+    return pd.DataFrame(stability.level_stats(
+        df["latency_ms"].to_numpy(), np.asarray(rates), qos_ms, pct,
+        arrival=df["arrival_ms"].to_numpy() if timed else None, finish=df["finish_ms"].to_numpy() if timed else None))
 
 
 def stepping_bracket(levels: pd.DataFrame) -> tuple[float, float]:

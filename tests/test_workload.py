@@ -174,7 +174,7 @@ P = {"kind": "poisson", "rate_qps": 100, "n_queries": 10}
     "section, needs, field, needle",
     [
         ({"rate_qps": 1, "n_queries": 1}, False, "workload.kind", "missing"),
-        ({"kind": "gamma"}, False, "workload.kind", "'poisson'"),
+        ({"kind": "weibull"}, False, "workload.kind", "'poisson'"),
         ({**P, "rate": 5}, False, "workload.rate", "allowed keys: kind, rate_qps"),
         ({**P, "arrivals_ms": [1]}, False, "workload.arrivals_ms", "unknown key"),
         ({**P, "rate_qps": -5}, False, "workload.rate_qps", "must be > 0, got -5"),

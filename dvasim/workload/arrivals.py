@@ -3,6 +3,11 @@
 * ``poisson_arrivals``: a Poisson process started at ``start_ms``: i.i.d. exponential inter-arrival gaps
   with mean ``1000 / rate_qps`` ms drawn from ``numpy.random.Generator(PCG64(seed))``; the first query arrives
   one gap after ``start_ms``.
+* ``gamma_arrivals``: a renewal process with i.i.d. Gamma inter-arrival gaps of mean ``1000 / rate_qps`` ms and
+  coefficient of variation ``cv`` (shape ``1 / cv**2``, scale ``mean * cv**2``), drawn from
+  ``numpy.random.Generator(PCG64(seed))``; the first query arrives one gap after ``start_ms``. ``cv = 1`` is the
+  Poisson process (numpy draws Gamma(1) as an exponential, so the arrivals equal ``poisson_arrivals``'); ``cv < 1``
+  is smoother, ``cv > 1`` burstier.
 * ``uniform_arrivals``: a constant interval of ``1000 / rate_qps`` ms; the first query arrives at ``start_ms``.
 * ``stepping_arrivals``: the stepping load of the DVABatch paper (Sec. 8.3): the load starts low (66 QPS)
   and is raised every ``step_queries`` (2000) queries until it reaches ``end_qps`` (4000 QPS) after 30000
@@ -27,7 +32,7 @@ import numpy as np
 
 from dvasim.errors import ConfigError
 
-__all__ = ["poisson_arrivals", "uniform_arrivals", "stepping_arrivals", "stepping_rates"]
+__all__ = ["poisson_arrivals", "gamma_arrivals", "uniform_arrivals", "stepping_arrivals", "stepping_rates"]
 
 
 def _check_rate(name: str, value) -> float:
@@ -73,6 +78,26 @@ def poisson_arrivals(rate_qps: float, n_queries: int, seed: int, start_ms: float
     n = _check_count("n_queries", n_queries)
     rng = np.random.Generator(np.random.PCG64(_check_seed(seed)))
     gaps = rng.exponential(1000.0 / rate, size=n)
+    return _check_start(start_ms) + np.cumsum(gaps)
+
+
+def _check_cv(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ConfigError("workload.cv", f"must be a number > 0 (coefficient of variation of the gaps; 1 = Poisson), "
+                                         f"got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError("workload.cv", f"must be a finite number > 0 (1 = Poisson), got {value!r}")
+    return float(value)
+
+
+def gamma_arrivals(rate_qps: float, cv: float, n_queries: int, seed: int, start_ms: float = 0.0) -> np.ndarray:
+    """Arrival times (ms) of ``n_queries`` queries with i.i.d. Gamma gaps (mean ``1000 / rate_qps``, CV ``cv``)."""
+    rate = _check_rate("rate_qps", rate_qps)
+    c = _check_cv(cv)
+    n = _check_count("n_queries", n_queries)
+    rng = np.random.Generator(np.random.PCG64(_check_seed(seed)))
+    mean = 1000.0 / rate
+    gaps = rng.gamma(1.0 / (c * c), mean * c * c, size=n)
     return _check_start(start_ms) + np.cumsum(gaps)
 
 

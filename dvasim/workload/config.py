@@ -3,8 +3,10 @@
 ``[workload]`` keys (``kind`` is required):
 
 =============  ===========================================================================================
-kind           ``"poisson"`` | ``"uniform"`` | ``"explicit"`` | ``"stepping"``
+kind           ``"poisson"`` | ``"gamma"`` | ``"uniform"`` | ``"explicit"`` | ``"closed"`` | ``"stepping"`` | ``"trace"``
 poisson        ``rate_qps`` (> 0), ``n_queries`` (int > 0), ``seed`` (int >= 0, default 0), ``start_ms`` (>= 0, default 0)
+gamma          as poisson, plus ``cv`` (> 0): i.i.d. Gamma gaps with mean ``1000 / rate_qps`` ms and coefficient of
+               variation ``cv`` (``cv = 1`` is poisson, < 1 smoother, > 1 burstier); see ``gamma_arrivals``
 uniform        ``rate_qps``, ``n_queries``, ``start_ms``; ``seed`` (only used to sample lengths)
 explicit       ``arrivals_ms`` (list of numbers >= 0, any order: sorted with a stable permutation that is
                also applied to ``seq_lens``), optional ``seq_lens`` (list of ints >= 1, same length), ``seed``
@@ -12,6 +14,13 @@ closed         ``clients`` (int > 0, default 1), ``n_queries``, ``think_ms`` (>=
                loop; each client sends its next query when the previous one is answered (plus think time)
 stepping       ``start_qps`` (66), ``end_qps`` (4000), ``step_queries`` (2000), ``n_queries`` (32000), ``seed``
                (0), ``poisson`` (true), ``start_ms`` (0); see :func:`dvasim.workload.arrivals.stepping_arrivals`
+trace          ``path`` (a CSV / JSON / Parquet file of request times, or ``"trace:<name>"`` for one shipped in
+               ``traces/arrivals/``, e.g. ``"trace:azure_code"``), ``column`` (default: the first of ``arrival_ms``,
+               ``timestamp_ms``, ``timestamp``, ``time``, ``arrival``), ``unit`` (``"ms"`` | ``"s"`` | ``"us"``;
+               date-time strings are parsed), ``length_column`` (input lengths from the file; instead of
+               seq_len / seq_len_dist), ``n_queries`` (default: every request; more loops the trace),
+               ``rate_qps`` (scale time to this mean rate) or ``time_scale`` (multiply the gaps), ``start_ms``
+               (the first request's arrival, default 0), ``seed`` (lengths only); see :mod:`dvasim.workload.traces`
 lengths        ``seq_len = N`` (constant) or ``seq_len_dist = "glue:RTE"`` / ``"path/to/lengths.csv"`` (sampled
                i.i.d. with replacement); not both. For ``explicit`` with ``seq_lens`` neither may be given.
 =============  ===========================================================================================
@@ -39,21 +48,26 @@ from dvasim.workload.arrivals import (
     _check_rate,
     _check_seed,
     _check_start,
+    gamma_arrivals,
     poisson_arrivals,
     stepping_arrivals,
     uniform_arrivals,
 )
 from dvasim.workload.lengths import load_lengths
+from dvasim.workload.traces import load_trace, trace_arrivals
 
 __all__ = ["Workload", "workload_from_config", "KINDS", "ALLOWED_KEYS", "length_rng"]
 
 _LEN_KEYS = ("seq_len", "seq_len_dist")
 ALLOWED_KEYS: dict[str, tuple[str, ...]] = {
     "poisson": ("kind", "rate_qps", "n_queries", "seed", "start_ms", *_LEN_KEYS),
+    "gamma": ("kind", "rate_qps", "cv", "n_queries", "seed", "start_ms", *_LEN_KEYS),
     "uniform": ("kind", "rate_qps", "n_queries", "seed", "start_ms", *_LEN_KEYS),
     "explicit": ("kind", "arrivals_ms", "seq_lens", "seed", *_LEN_KEYS),
     "stepping": ("kind", "start_qps", "end_qps", "step_queries", "n_queries", "seed", "poisson", "start_ms", *_LEN_KEYS),
     "closed": ("kind", "clients", "n_queries", "think_ms", "seed", *_LEN_KEYS),
+    "trace": ("kind", "path", "column", "unit", "length_column", "rate_qps", "time_scale", "n_queries", "start_ms",
+              "seed", *_LEN_KEYS),
 }
 KINDS = tuple(ALLOWED_KEYS)
 
@@ -135,6 +149,42 @@ def _positive_int(key: str, value) -> int:
     return int(value)
 
 
+def _trace_workload(section: Mapping, path, needs_seq_len: bool,
+                    base_dir: str | Path | None) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """(arrivals, lengths from the file or None, description) of a ``kind = "trace"`` section."""
+    for key in ("column", "length_column"):
+        if key in section and (not isinstance(section[key], str) or section[key].strip() == ""):
+            raise ConfigError(f"workload.{key}", f"must be a column name (string), got {section[key]!r}")
+    if "length_column" in section and needs_seq_len and any(k in section for k in _LEN_KEYS):
+        raise ConfigError("workload.length_column", "give either length_column or seq_len / seq_len_dist, not both")
+    if "rate_qps" in section and "time_scale" in section:
+        raise ConfigError("workload.time_scale", "set only one of rate_qps (scale to a mean rate) or time_scale")
+    rate = _check_rate("rate_qps", section["rate_qps"]) if "rate_qps" in section else None
+    scale = None
+    if "time_scale" in section:
+        scale = section["time_scale"]
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale) or scale <= 0:
+            raise ConfigError("workload.time_scale", f"must be a number > 0 (multiplies every gap), got {scale!r}")
+        scale = float(scale)
+    n = _check_count("n_queries", section["n_queries"]) if "n_queries" in section else None
+    start = _check_start(section.get("start_ms", 0.0))
+    trace = load_trace(path, column=section.get("column"), unit=section.get("unit", "ms"),
+                       length_column=section.get("length_column"), base_dir=base_dir)
+    if n is None:
+        _check_count("n_queries", len(trace))
+    arrivals, lens = trace_arrivals(trace, n_queries=n, rate_qps=rate, time_scale=scale, start_ms=start)
+    m = arrivals.size
+    looped = f", looped {m / len(trace):.3g} times" if m > len(trace) else ""
+    if rate is not None:
+        timing = f", scaled to {rate:g} QPS"
+    elif scale is not None:
+        timing = f", time x {scale:g}"
+    else:
+        timing = ""
+    desc = f"trace {path} ({len(trace)} requests): {m} queries{looped}{timing}"
+    return arrivals, lens, desc
+
+
 def workload_from_config(
     section: Mapping, *, needs_seq_len: bool, base_dir: str | Path | None = None
 ) -> Workload:
@@ -169,6 +219,15 @@ def workload_from_config(
         start = _check_start(section.get("start_ms", 0.0))
         arrivals = poisson_arrivals(rate, n, seed, start)
         desc = f"poisson {rate:g} QPS x {n} queries (seed {seed})"
+    elif kind == "gamma":
+        rate = _check_rate("rate_qps", req("rate_qps"))
+        cv = req("cv")
+        n = _check_count("n_queries", req("n_queries"))
+        start = _check_start(section.get("start_ms", 0.0))
+        arrivals = gamma_arrivals(rate, cv, n, seed, start)
+        desc = f"gamma {rate:g} QPS, cv {float(cv):g} x {n} queries (seed {seed})"
+    elif kind == "trace":
+        arrivals, explicit_lens, desc = _trace_workload(section, req("path"), needs_seq_len, base_dir)
     elif kind == "uniform":
         rate = _check_rate("rate_qps", req("rate_qps"))
         n = _check_count("n_queries", req("n_queries"))
@@ -218,7 +277,7 @@ def workload_from_config(
         lens = np.ones(n, dtype=np.int64)
     elif explicit_lens is not None:
         lens = explicit_lens
-        desc += ", explicit seq_lens"
+        desc += f", seq_len from column {section['length_column']!r}" if kind == "trace" else ", explicit seq_lens"
     else:
         if "seq_len" in section and "seq_len_dist" in section:
             raise ConfigError("workload.seq_len_dist", "set only one of seq_len (constant) or seq_len_dist (distribution)")
@@ -235,7 +294,8 @@ def workload_from_config(
             raise ConfigError(
                 "workload.seq_len",
                 "the model's latency table has a seq_len column, so queries need input lengths: "
-                "set seq_len = N or seq_len_dist = \"glue:RTE\"",
+                "set seq_len = N or seq_len_dist = \"glue:RTE\""
+                + (" or length_column = \"<column of the trace>\"" if kind == "trace" else ""),
             )
     if kind == "closed":
         return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc, closed_clients=clients,
