@@ -129,32 +129,57 @@ def apply_engine_file(raw: dict[str, Any], path: str | Path | None) -> dict[str,
     return raw
 
 
-def parse_override(text: str) -> tuple[str, str, Any]:
-    """``section.key=value`` -> (section, key, value); the value is read as TOML, else kept as a string."""
-    if "=" not in text or "." not in text.split("=", 1)[0]:
-        raise ConfigError("--set", f"expected section.key=value, got {text!r}")
-    lhs, rhs = text.split("=", 1)
-    section, key = lhs.strip().split(".", 1)
+UNSET = object()  # the value of an override that removes its key
+
+
+def parse_override(text: str) -> tuple[str, str | None, Any]:
+    """One ``--set``: ``section.key=value`` -> (section, key, value), the value read as TOML, else kept as a
+    string; ``section={...}`` (an inline table) -> (section, None, table): the whole section replaced;
+    ``section.key`` without ``=`` -> (section, key, UNSET): the key removed."""
+    lhs, eq, rhs = text.partition("=")
+    lhs = lhs.strip()
+    if not lhs:
+        raise ConfigError("--set", f"expected section.key=value, section={{...}} or section.key (to unset), got {text!r}")
+    section, dot, key = lhs.partition(".")
+    if not eq:
+        if not dot or not key:
+            raise ConfigError("--set", f"expected section.key=value, section={{...}} or section.key (to unset), "
+                                       f"got {text!r}")
+        return section, key, UNSET
     try:
         value = tomllib.loads(f"v = {rhs.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = rhs.strip()
+    if not dot:
+        if not isinstance(value, dict):
+            raise ConfigError(f"--set {section}", f"a whole section takes an inline table, e.g. "
+                                                  f"{section}={{kind = \"poisson\", rate_qps = 100}}; got {rhs.strip()!r}")
+        return section, None, value
     return section, key, value
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    """Apply ``--set`` overrides in order (see :func:`parse_override`): set a key, replace a whole section (a
+    change of its shape: another workload kind, another policy with its own parameters) or unset a key."""
     raw = copy.deepcopy(raw)
     for text in overrides or []:
         section, key, value = parse_override(text)
         if section not in SECTIONS:
-            raise ConfigError(f"{section}.{key}", f"unknown section [{section}]; allowed: {', '.join(SECTIONS)}")
-        if section == "engine" and key.startswith("host."):  # a key of the [engine.host] sub-table
-            host = raw.setdefault("engine", {}).setdefault("host", {})
-            if not isinstance(host, dict):
-                raise ConfigError("engine.host", "must be a table of keys ([engine.host]), see dvasim.sim.host")
-            host[key.split(".", 1)[1]] = value
+            where = section if key is None else f"{section}.{key}"
+            raise ConfigError(where, f"unknown section [{section}]; allowed: {', '.join(SECTIONS)}")
+        if key is None:
+            raw[section] = value
             continue
-        raw.setdefault(section, {})[key] = value
+        table = raw.setdefault(section, {})
+        if section == "engine" and key.startswith("host."):  # a key of the [engine.host] sub-table
+            table = table.setdefault("host", {})
+            if not isinstance(table, dict):
+                raise ConfigError("engine.host", "must be a table of keys ([engine.host]), see dvasim.sim.host")
+            key = key.split(".", 1)[1]
+        if value is UNSET:
+            table.pop(key, None)
+        else:
+            table[key] = value
     return raw
 
 
