@@ -53,11 +53,13 @@ def load_profile(model_cfg: dict[str, Any]):
 
 
 def run(config, overrides: list[str] | None = None, progress: bool | None = None,
-        engine: str | Path | None = None, records: str | Path | None = None) -> RunResult:
+        engine: str | Path | None = None, records: str | Path | None = None, timeline: int = 0) -> RunResult:
     """Simulate one config (a TOML path, a dict of sections, or an already resolved dict). ``engine``: an engine
     file written by ``dvasim fit``, merged over the config's ``[engine]`` (``--set`` overrides still win).
     ``records``: stream every query's record to this Parquet file as the run goes (memory then stays bounded
     whatever the run's length; ``result.queries`` reads the file back when used); default: keep them in memory.
+    ``timeline``: also record the first this many stage executions (``result.extra["timeline"]``, a DataFrame:
+    see :mod:`dvasim.timeline`).
     """
     from dvasim.core.batch_table import meta_op_counts
     from dvasim.core.pipeline import Pipeline
@@ -82,6 +84,11 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"],
                         qos_target_ms=cfg["qos"]["target_ms"],
                         input_lengths=workload.seq_lens if profile.seq_lens is not None else None)
+    recorder = None
+    if timeline:
+        from dvasim.timeline import TimelineRecorder
+
+        recorder = TimelineRecorder(pipeline, max_rows=int(timeline))
     offered = offered_rates(cfg["workload"], len(workload.seq_lens))
     store = RecordStore(len(workload.seq_lens), profile.n_stages, path=records,
                         arrivals=None if workload.closed_clients is not None else workload.arrivals_ms,
@@ -118,6 +125,8 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
 
     # what the latency figure draws (every k-th query when there are many), so that no writer reads them all back
     extra = {"latency_sample": store.latency_sample(FIGURE_MAX_POINTS)}
+    if recorder is not None:
+        extra["timeline"] = recorder.frame()
     return RunResult(store.frame() if records is None else None, summary, resolved, res.stuck, extra=extra,
                      records_path=None if records is None else Path(records))
 
@@ -142,7 +151,8 @@ CSV_MAX_ROWS = 100_000  # queries.csv is written by default up to this many quer
 
 def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, csv: bool | None = None) -> Path:
     """Write ``queries.parquet`` (unless the run already streamed it there), ``queries.csv`` (``csv``; default:
-    runs of at most :data:`CSV_MAX_ROWS` queries), ``summary.json``, ``config.json`` and ``latency.png``."""
+    runs of at most :data:`CSV_MAX_ROWS` queries), ``summary.json``, ``config.json`` and ``latency.png``; for a
+    run with a timeline, ``timeline.json`` (Chrome/Perfetto trace) and ``timeline.png`` (Gantt chart)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     parquet = out / "queries.parquet"
@@ -158,6 +168,14 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, c
     (out / "config.json").write_text(
         json.dumps({"config": result.config, "versions": versions()}, indent=2, default=_json_default) + "\n"
     )
+    if "timeline" in result.extra:
+        from dvasim.timeline import chrome_trace, gantt_figure
+
+        tl = result.extra["timeline"]
+        chrome_trace(tl, out / "timeline.json", name=f"{result.summary.get('policy')} {result.summary.get('model')}")
+        if figure and len(tl):
+            gantt_figure(tl, out / "timeline.png",
+                         title=f"{result.summary.get('policy')} on {result.summary.get('model', '')}")
     if figure:
         from dvasim.plots import latency_figure
 

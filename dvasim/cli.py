@@ -49,7 +49,7 @@ def cmd_run(args) -> int:
         warnings.simplefilter("ignore", IncompleteRunWarning)
         # records stream to queries.parquet as the run goes: memory stays bounded whatever its length
         result = run(args.config, overrides=args.set, progress=args.progress or None, engine=args.engine,
-                     records=Path(args.out) / "queries.parquet")
+                     records=Path(args.out) / "queries.parquet", timeline=args.timeline)
     out = write_outputs(result, args.out, figure=not args.no_figure, csv=args.csv)
     print(f"dvasim run {args.config}: results in {out}/")
     print_summary(result.summary)
@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                         "is always written)")
     p.add_argument("--engine", metavar="ENGINE.toml", default=None,
                    help="an engine file written by dvasim fit, merged over the config's [engine]")
+    p.add_argument("--timeline", type=int, nargs="?", const=20_000, default=0, metavar="N",
+                   help="also write the first N stage executions (default 20,000) as timeline.json (open it in "
+                        "https://ui.perfetto.dev or chrome://tracing) and a Gantt chart timeline.png")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("capacity", help="the highest offered rate that meets a latency SLO (bracketing and "
                                         "bisection, each point with enough queries for a confident percentile)")

@@ -59,3 +59,17 @@ def test_chrome_trace_is_valid_trace_event_json(tmp_path):
 def test_the_recorder_keeps_at_most_max_rows():
     _, rec, _ = _run(n=400, max_rows=50)
     assert len(rec.frame()) == 50 and rec.dropped > 0
+
+
+def test_dvasim_run_timeline_writes_the_trace_and_the_gantt(tmp_path):
+    from pathlib import Path
+
+    from dvasim.cli import main
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "o"
+    assert main(["run", str(root / "configs/default.toml"), "--out", str(out), "--timeline", "100",
+                 "--set", "workload.n_queries=300", "--set", "engine.progress=false"]) == 0
+    data = json.loads((out / "timeline.json").read_text())
+    assert sum(e["ph"] == "X" for e in data["traceEvents"]) == 100
+    assert (out / "timeline.png").stat().st_size > 5_000
