@@ -26,8 +26,7 @@ from typing import Any
 import tomllib
 
 from dvasim.errors import ConfigError
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from dvasim.paths import DATA_ROOT, PROJECT_ROOT  # noqa: F401  (PROJECT_ROOT: kept for importers)
 
 SECTIONS = ("model", "policy", "workload", "qos", "engine", "replay")
 
@@ -84,6 +83,8 @@ def _count(eng: dict[str, Any], key: str, limit: int) -> None:
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    if not p.is_file() and not p.is_absolute() and (DATA_ROOT / p).is_file():
+        p = DATA_ROOT / p  # a shipped config (configs/...), from any working directory
     if not p.is_file():
         raise ConfigError("config", f"file {str(p)!r} not found; give the path of a TOML config")
     try:
@@ -253,11 +254,12 @@ def find_file(value: Any, base_dir: str | None, field: str) -> Path:
     if not isinstance(value, str) or not value:
         raise ConfigError(field, f"must be a file path string, got {value!r}")
     p = Path(value)
-    candidates = [p] if p.is_absolute() else [Path(base_dir or ".") / p, Path.cwd() / p, PROJECT_ROOT / p]
+    candidates = [p] if p.is_absolute() else [Path(base_dir or ".") / p, Path.cwd() / p, DATA_ROOT / p]
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    raise ConfigError(field, f"file {value!r} not found (looked next to the config, in the working directory and in {PROJECT_ROOT})")
+    raise ConfigError(field, f"file {value!r} not found (looked next to the config, in the working directory and in "
+                             f"{DATA_ROOT}, where the shipped traces/ are)")
 
 
 def _check_keys(section: str, values: dict[str, Any], allowed: dict[str, str]) -> None:

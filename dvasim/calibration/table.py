@@ -45,7 +45,6 @@ from __future__ import annotations
 import bisect
 import io
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from dvasim.errors import TableError
+from dvasim.paths import traces_dir
 
 __all__ = ["LatencyTable", "traces_dir", "default_table_path", "DEFAULT_TABLE_PATH", "read_provenance_csv"]
 
@@ -61,17 +61,6 @@ _FIELD = "model.table"
 _REQUIRED = ("stage", "batch_size", "latency_ms")
 _OPTIONAL = ("seq_len",)
 _KEY_RE = re.compile(r"^[^:#\r\n]+$")
-
-
-def traces_dir() -> Path:
-    """The directory holding the shipped data (``traces/`` at the repository root).
-
-    Override with the environment variable ``DVASIM_TRACES_DIR`` (useful for non-editable installs).
-    """
-    env = os.environ.get("DVASIM_TRACES_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "traces"
 
 
 def default_table_path() -> Path:
