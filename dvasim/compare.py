@@ -67,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     att.to_csv(out / "attribution.csv", index=False)
     from dvasim.plots import attribution_bars, policy_bars
 
-    policy_bars(results, "mean_latency_ms", out / "fig14_mean_latency.png", "mean latency (paper Figure 14)")
-    policy_bars(results, "p99_latency_ms", out / "fig16_p99_latency.png", "p99 latency (paper Figure 16)")
+    policy_bars(results, "mean_latency_ms", out / "fig14_mean_latency.png", "mean latency (paper Figure 14)",
+                device=args.device)
+    policy_bars(results, "p99_latency_ms", out / "fig16_p99_latency.png", "p99 latency (paper Figure 16)",
+                device=args.device, slo_ms=study.QOS_MS)
     if att["share_multientry_pp"].notna().any():
         attribution_bars(att, out / "attribution.png",
                          "DVABatch's mean-latency reduction vs DelayBatch, by step (points of DelayBatch's mean)")

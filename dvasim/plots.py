@@ -34,9 +34,30 @@ def latency_figure(df: pd.DataFrame, path: str | Path, title: str = "", qos_targ
     sns.ecdfplot(x=done["latency_ms"], ax=b)
     b.set(xlabel="latency (ms)", ylabel="fraction of queries", title="latency CDF")
     if qos_target_ms:
-        a.axhline(qos_target_ms, color="red", ls="--", lw=1)
-        b.axvline(qos_target_ms, color="red", ls="--", lw=1)
+        slo_line(a, qos_target_ms, "y")
+        slo_line(b, qos_target_ms, "x")
     return save_figure(fig, path, title)
+
+
+def slo_line(ax, slo_ms: float, axis: str = "y", reach: float = 1.5) -> None:
+    """Mark the latency SLO on ``ax``'s latency ``axis`` without stretching it: a labelled dashed line when the
+    SLO lies within ``reach`` times the data's top, else a note in the corner that it is off the scale."""
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    label = f"SLO {slo_ms:g} ms"
+    if slo_ms <= hi * reach:
+        line = ax.axhline if axis == "y" else ax.axvline
+        line(slo_ms, color="red", ls="--", lw=1, label=label)
+        if axis == "y":
+            ax.set_ylim(lo, max(hi, slo_ms * 1.08))
+            ax.annotate(label, xy=(1.0, slo_ms), xycoords=("axes fraction", "data"), xytext=(-4, 3),
+                        textcoords="offset points", ha="right", va="bottom", color="red", fontsize=8)
+        else:
+            ax.set_xlim(lo, max(hi, slo_ms * 1.08))
+            ax.annotate(label, xy=(slo_ms, 0.02), xycoords=("data", "axes fraction"), xytext=(3, 0),
+                        textcoords="offset points", ha="left", va="bottom", color="red", fontsize=8, rotation=90)
+    else:
+        ax.annotate(f"{label}: above the scale ({slo_ms / hi:.0f}x the largest value)", xy=(0.99, 0.98),
+                    xycoords="axes fraction", ha="right", va="top", color="red", fontsize=8)
 
 
 def model_panels(models: list, width: float, height: float):
@@ -97,18 +118,28 @@ def policy_colours(labels) -> dict[str, str]:
     return {p: PALETTE[p] if p in PALETTE else next(extra) for p in policy_order(labels)}
 
 
-def policy_bars(results: pd.DataFrame, metric: str, path: str | Path, title: str = "") -> Path:
+def policy_bars(results: pd.DataFrame, metric: str, path: str | Path, title: str = "", device: str | None = None,
+                slo_ms: float | None = None) -> Path:
     """Figures 14 / 16 of the paper: ``metric`` per load and policy (every variant present, coloured by
-    :data:`PALETTE`), one panel per model."""
+    :data:`PALETTE`), one panel per model; each load's tick says its offered rate (``offered_qps``), the title
+    the ``device``, and ``slo_ms`` is marked (labelled, without stretching the axis to it)."""
     plt, sns = _plt()
     order = [x for x in ("low", "medium", "high") if x in set(results["load"])]
     hue = policy_order(results["policy"])
     g = sns.catplot(data=results, x="load", y=metric, hue="policy", col="model", kind="bar", order=order,
                     hue_order=hue, palette=policy_colours(hue), col_wrap=min(3, results["model"].nunique()),
-                    sharey=False, height=2.8, aspect=1.1 if len(hue) <= 3 else 1.8)
-    g.set_axis_labels("load", metric.replace("_", " "))
-    if title:
-        g.figure.suptitle(title, y=1.02)
+                    sharex=False, sharey=False, height=2.8, aspect=1.1 if len(hue) <= 3 else 1.8)
+    g.set_axis_labels("load (offered queries/s)", metric.replace("_", " "))
+    for model, ax in g.axes_dict.items():
+        if "offered_qps" in results:
+            qps = results[results["model"] == model].groupby("load")["offered_qps"].first()
+            ax.set_xticks(range(len(order)))
+            ax.set_xticklabels([f"{ld}\n{qps.get(ld, float('nan')):.0f} qps" for ld in order])
+        if slo_ms:
+            slo_line(ax, slo_ms, "y")
+    head = title + (f" on {device}" if device else "")
+    if head:
+        g.figure.suptitle(head, y=1.02)
     path = Path(path)
     g.figure.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(g.figure)

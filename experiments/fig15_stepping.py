@@ -94,7 +94,10 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
 def plot_stepping(q: pd.DataFrame, path: Path) -> None:
     models = list(dict.fromkeys(q["model"]))
     plt, sns, fig, axes = common.model_panels(models, 5.2, 3.6)
-    colors = dict(zip(POLICIES, sns.color_palette("deep", len(POLICIES))))
+    from dvasim.plots import PALETTE
+
+    # the policies' colours of every figure ("dvabatch+window" is the variant dvabatch-window)
+    colors = {name: PALETTE[name.replace("+", "-")] for name in POLICIES}
     for ax, model in zip(axes.flat, models):
         d = q[q["model"] == model]
         for name in POLICIES:
@@ -104,12 +107,14 @@ def plot_stepping(q: pd.DataFrame, path: Path) -> None:
         ax.set_yscale("log")
         ax.set_ylim(1, 1e4)
         ax.axhline(200, color="red", ls="--", lw=0.8)
-        ax.set(title=model, xlabel="query id", ylabel="latency (ms)")
+        ax.annotate("SLO 200 ms", xy=(0.01, 200), xycoords=("axes fraction", "data"), xytext=(0, 3),
+                    textcoords="offset points", color="red", fontsize=8)
+        ax.set(title=model, xlabel="query id (the load steps up every 2,000 queries)", ylabel="latency (ms)")
         ax2 = ax.twinx()
         first = d[d["policy"] == POLICIES[0]]
-        ax2.plot(first["qid"], first["offered_qps"], color="black", lw=1)
+        ax2.plot(first["qid"], first["offered_qps"], color="black", lw=1, label="offered load")
         ax2.set_yscale("log")
-        ax2.set_ylabel("offered load (QPS)")
+        ax2.set_ylabel("offered load (QPS, black line)")
         ax2.grid(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=len(POLICIES), markerscale=6)

@@ -94,29 +94,31 @@ def peak_reduced(model, step_queries, cap, seed=0, **kw) -> common.Peak:
 
 
 def plot(df: pd.DataFrame, path: Path) -> None:
+    """Peak throughput (top row) and mean latency at a fixed load (bottom row, log) against the number of stages,
+    one column per model, one line per launch overhead; one legend under the panels."""
     plt, sns = common.plt_sns()
     models = list(dict.fromkeys(df["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4), squeeze=False)
-    pal = sns.color_palette("deep")
-    for ax, model in zip(axes.flat, models):
+    fig, axes = plt.subplots(2, len(models), figsize=(4.6 * len(models), 6.4), squeeze=False, sharex="col")
+    overheads = list(dict.fromkeys(df["launch_overhead_ms"]))
+    colours = dict(zip(overheads, sns.color_palette("dark", len(overheads))))
+    for col, model in enumerate(models):
         d = df[df["model"] == model]
-        ax2 = ax.twinx()
+        stages = sorted(d["stages"].unique())
         for ov, g in d.groupby("launch_overhead_ms", sort=False):
-            ls = "-" if ov > 0 else ":"
-            ax.plot(g["stages"], g["peak_qps"], marker="o", color=pal[0], ls=ls, label=f"peak, overhead {ov:g} ms")
-            ax2.plot(g["stages"], g["mean_latency_fixed_ms"], marker="s", color=pal[3], ls=ls,
-                     label=f"mean latency, overhead {ov:g} ms")
-        ax.set(title=model, xlabel="stages", ylabel="peak throughput (QPS)")
-        ax.set_xscale("log")
-        ax.set_xticks(sorted(d["stages"].unique()))
-        ax.set_xticklabels([str(s) for s in sorted(d["stages"].unique())])
-        ax2.set_yscale("log")
-        ax2.set_ylabel("mean latency at fixed load (ms, log)")
-        ax2.grid(False)
-        h1, l1 = ax.get_legend_handles_labels()
-        h2, l2 = ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="best")
-    fig.tight_layout()
+            kw = {"color": colours[ov], "ls": "-" if ov > 0 else ":", "marker": "o",
+                  "label": f"launch overhead {ov:g} ms per stage"}
+            axes[0, col].plot(g["stages"], g["peak_qps"], **kw)
+            axes[1, col].plot(g["stages"], g["mean_latency_fixed_ms"], **kw)
+        axes[0, col].set(title=model, ylabel="peak throughput (QPS)")
+        axes[1, col].set(xlabel="stages", ylabel="mean latency at a fixed load (ms)", yscale="log")
+        for ax in axes[:, col]:
+            ax.set_xscale("log")
+            ax.set_xticks(stages)
+            ax.set_xticklabels([str(s) for s in stages])
+            ax.minorticks_off()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
