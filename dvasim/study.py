@@ -275,20 +275,23 @@ def _run_job(args):
 
 def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, seed: int = 1, workers: int = 2,
             progress: bool = True, windows: dict[str, float] | None = None, device: str = "titanrtx",
-            refine: int = 4, policies: Iterable[str] | None = None):
+            refine: int = 4, policies: Iterable[str] | None = None, qos_ms: float = QOS_MS):
     """Tune DelayBatch, find its peak, then run every variant at low / medium / high load.
 
     ``policies``: the variant labels to run (default: all of :data:`VARIANTS`; ``dva+input`` runs only on token
     models). Returns ``(results, calibration)``: one row per (model, load, variant) with ``policy`` = the variant's
     label, and one row per model with the tuned window and the peak throughputs (DVABatch's only when
-    ``dvabatch`` is run). Results do not depend on ``workers``: every run is seeded and rows keep job order."""
+    ``dvabatch`` is run). Results do not depend on ``workers``: every run is seeded and rows keep job order.
+    ``qos_ms``: the latency SLO the peaks are found under (and the QoS violation rates counted against). A peak
+    that is the top of the stepping ladder (every level met the SLO) is only a lower bound: the calibration's
+    ``attrs["peak_at_ladder_top"]`` lists them (model:policy), and ``dvasim compare`` warns."""
     models = list(models)
     labels = list(VARIANT_BY_LABEL) if policies is None else list(policies)
     per_model = {m: variants_for(m, labels, device) for m in models}
     want_dva_peak = "dvabatch" in labels
     total = sum(1 + 1 + int(want_dva_peak) + 3 * len(per_model[m]) for m in models)
     bar = _bar(progress, total=total, desc="compare")
-    kw = {"device": device}
+    kw = {"device": device} if qos_ms == QOS_MS else {"device": device, "qos_ms": float(qos_ms)}
     tuned_windows = {}
     for model in models:
         if windows and model in windows:
@@ -303,7 +306,9 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
                           {**kw, "refine": refine}))
         if want_dva_peak:
             peak_jobs.append((model, {"name": "dvabatch"}, {**kw, "refine": refine}))
-    peaks = iter(_map(_peak_job, peak_jobs, workers))
+    found = _map(_peak_job, peak_jobs, workers)
+    at_top = [f"{m}:{pol['name']}" for (m, pol, _), (_, (_, hi)) in zip(peak_jobs, found) if not math.isfinite(hi)]
+    peaks = iter(found)
     bar.update(len(peak_jobs))
     calib = []
     jobs = []
@@ -329,7 +334,9 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
             rows.append(_run_job(j))
             bar.update(1)
     bar.close()
-    return pd.DataFrame(rows), pd.DataFrame(calib)
+    calib_df = pd.DataFrame(calib)
+    calib_df.attrs["peak_at_ladder_top"] = at_top
+    return pd.DataFrame(rows), calib_df
 
 
 def reductions(results: pd.DataFrame, metric: str = "mean_latency_ms") -> pd.DataFrame:

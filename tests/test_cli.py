@@ -167,3 +167,19 @@ def test_a_failing_policy_keeps_every_record(tmp_path):
         assert r.stuck and r.summary["n_completed"] < r.summary["n_queries"]
     finally:
         _REGISTRY.pop("broken-after-50", None)
+
+
+def test_compare_flags_a_peak_at_the_top_of_the_load_ladder_and_takes_an_slo(tmp_path, capsys):
+    """On the H100, LinkNet meets the SLO at every level of the ladder (up to 4,000 qps): its peak is only a lower
+    bound, and compare says so instead of reporting the ladder's top as the peak."""
+    from dvasim.compare import main as compare_main
+
+    rc = compare_main(["--quick", "--device", "h100", "--models", "linknet", "--policies", "delaybatch,dvabatch",
+                       "--slo-ms", "150", "--out", str(tmp_path / "c")])
+    assert rc == 0
+    cap = capsys.readouterr()
+    assert "linknet:delaybatch: every level of the load ladder" in cap.err and "150 ms SLO" in cap.err
+    assert "p99 <= 150 ms" in cap.out
+    calib = pd.read_csv(tmp_path / "c" / "calibration.csv")
+    assert calib.loc[0, "peak_qps_delaybatch"] == 4000.0
+    assert compare_main(["--slo-ms", "0", "--out", str(tmp_path / "d")]) == 2
