@@ -22,3 +22,18 @@ def test_notebook_executes(path):
 
 def test_there_is_a_notebook():
     assert NOTEBOOKS
+
+
+def test_notebooks_are_committed_without_outputs():
+    """Outputs are stripped in git: a notebook's results come from running it, never from a stale copy."""
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.get("outputs") == [] and cell.get("execution_count") is None, path.name
+
+
+def test_the_studies_a_user_starts_from_have_notebooks():
+    names = {p.stem for p in NOTEBOOKS}
+    assert {"policy_for_bert_on_h100", "how_many_stages", "which_batch_window", "real_trace_each_policy",
+            "capacity_under_50ms"} <= names
