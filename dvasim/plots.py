@@ -202,3 +202,20 @@ def sweep_figure(table: pd.DataFrame, path: str | Path, title: str = "") -> Path
         ax.set(xlabel="offered load (queries/s)", ylabel=f"{name} latency (ms)", title=f"{name} latency")
         ax.legend(fontsize=8)
     return save_figure(fig, path, title or "sweep: latency against offered load")
+
+
+def capacity_figure(table: pd.DataFrame, path: str | Path, slo_ms: float | None = None, title: str = "") -> Path:
+    """The capacity of each point of a capacity sweep (``label`` on the x axis, seeds averaged with their 95%
+    interval); policies keep their colours."""
+    plt, sns = _plt()
+    df = table.copy()
+    df["label"] = df["label"].replace("", "all")
+    labels = list(dict.fromkeys(df["label"]))
+    heads = [lb.split(" ", 1)[0] for lb in labels]
+    palette = {lb: PALETTE.get(h, "#8c8c8c") for lb, h in zip(labels, heads)}
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(labels) + 2), 3.8))
+    sns.barplot(data=df, x="label", y="capacity_qps", hue="label", order=labels, palette=palette, errorbar=("ci", 95),
+                legend=False, ax=ax)
+    ax.set(xlabel="", ylabel="capacity (queries/s)")
+    ax.tick_params(axis="x", rotation=20)
+    return save_figure(fig, path, title or (f"capacity with p99 <= {slo_ms:g} ms" if slo_ms else "capacity"))

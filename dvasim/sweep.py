@@ -21,6 +21,9 @@ A sweep file (TOML)::
     [seeds]                              # optional: every point repeated with these workload seeds
     values = [0, 1, 2]                   # or n = 3 (seeds 0..n-1)
 
+    [capacity]                           # optional: each point is a capacity search instead of one run
+    slo_ms = 50                          # (dvasim.capacity: percentile = 99, confidence, resolution, max_queries)
+
 A dotted key ``section.key`` sets one key (``engine.host.key`` a key of ``[engine.host]``); a value ``"unset"``
 given as ``{unset = true}`` removes the key. Runs are independent and deterministic, so a sweep's results do
 not depend on where or in which order its runs ran: serially (``workers = 1``), in local processes (the
@@ -53,7 +56,8 @@ import pandas as pd
 from dvasim import config as cfgmod
 from dvasim.errors import ConfigError
 
-SWEEP_KEYS = ("base", "set", "grid", "random", "seeds")
+SWEEP_KEYS = ("base", "set", "grid", "random", "seeds", "capacity")
+CAPACITY_KEYS = ("slo_ms", "percentile", "confidence", "resolution", "max_queries")
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 
 
@@ -81,6 +85,14 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     if not isinstance(data["base"], str):
         raise ConfigError("sweep.base", f"must be a path (a string), got {data['base']!r}")
     data["base"] = str(cfgmod.find_file(data["base"], base_dir, "sweep.base"))
+    cap = data.get("capacity")
+    if cap is not None:
+        if not isinstance(cap, dict) or "slo_ms" not in cap:
+            raise ConfigError("sweep.capacity", "must be a table with slo_ms (and optionally percentile, confidence, "
+                                                "resolution, max_queries)")
+        for k in cap:
+            if k not in CAPACITY_KEYS:
+                raise ConfigError(f"sweep.capacity.{k}", f"unknown key; allowed: {', '.join(CAPACITY_KEYS)}")
     return data
 
 
@@ -209,7 +221,9 @@ def expand(sweep: dict[str, Any]) -> list[Point]:
                 raw = copy.deepcopy(base)
                 for k, v in values.items():
                     _set_dotted(raw, k, v, f"sweep.grid.{k}")
-                points.append(Point(values, raw, run_key(raw)))
+                key = run_key(raw) if sweep.get("capacity") is None else hashlib.sha256(
+                    (run_key(raw) + json.dumps(sweep["capacity"], sort_keys=True)).encode()).hexdigest()[:20]
+                points.append(Point(values, raw, key))
     return points
 
 
@@ -222,14 +236,25 @@ def _set_list(value: Any) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- running
-def run_point(config: dict[str, Any]) -> dict[str, Any]:
-    """One run (in any process): its summary's scalars and its wall time."""
+def run_point(config: dict[str, Any], capacity: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One run (in any process): its summary's scalars and its wall time; with ``capacity`` (the sweep's
+    ``[capacity]`` table), the capacity search's result instead (``capacity_qps``, its bracket and probes)."""
     import warnings
 
     import dvasim
     from dvasim.errors import IncompleteRunWarning
 
     t0 = time.perf_counter()
+    if capacity is not None:
+        from dvasim.capacity import capacity as find_capacity
+
+        cap = dict(capacity)
+        res = find_capacity(config, cap.pop("slo_ms"), **cap)
+        out = {k: v for k, v in res.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        out["bracket_lo_qps"], out["bracket_hi_qps"] = res["bracket_qps"]
+        out["stuck"] = ""
+        out["run_wall_s"] = time.perf_counter() - t0
+        return out
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IncompleteRunWarning)
         res = dvasim.run(config, progress=False)
@@ -287,7 +312,7 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
             bar.update(1)
 
     try:
-        _execute(todo, done, workers, dask)
+        _execute(todo, done, workers, dask, spec.get("capacity"))
     finally:
         if bar is not None:
             bar.close()
@@ -295,13 +320,17 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
     table.to_csv(out / "results.csv", index=False)
     table.to_parquet(out / "results.parquet", index=False)
     if figure and len(table):
-        from dvasim.plots import sweep_figure
+        from dvasim.plots import capacity_figure, sweep_figure
 
-        sweep_figure(table, out / "latency_vs_load.png")
+        if spec.get("capacity") is not None:
+            capacity_figure(table, out / "capacity.png", slo_ms=spec["capacity"]["slo_ms"])
+        else:
+            sweep_figure(table, out / "latency_vs_load.png")
     return table
 
 
-def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: int | None, dask: Any) -> None:
+def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: int | None, dask: Any,
+             capacity: dict | None = None) -> None:
     if not todo:
         return
     if dask is not None:
@@ -309,7 +338,8 @@ def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: in
 
         client = dask if isinstance(dask, Client) else Client(dask)
         try:
-            futures = {client.submit(run_point, p.config, key=f"dvasim-run-{p.key}", pure=False): p for p in todo}
+            futures = {client.submit(run_point, p.config, capacity, key=f"dvasim-run-{p.key}", pure=False): p
+                       for p in todo}
             for fut in as_completed(futures):
                 done(futures[fut], fut.result())
         finally:
@@ -319,10 +349,10 @@ def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: in
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(todo) == 1:
         for p in todo:
-            done(p, run_point(p.config))
+            done(p, run_point(p.config, capacity))
         return
     with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-        futures = {pool.submit(run_point, p.config): p for p in todo}
+        futures = {pool.submit(run_point, p.config, capacity): p for p in todo}
         from concurrent.futures import as_completed as cf_completed
 
         for fut in cf_completed(futures):

@@ -141,6 +141,8 @@ seed = 7
     ('[random]\nn = 0\n"workload.rate_qps" = {uniform = [1, 2]}\n', "sweep.random.n"),
     ('[seeds]\nvalues = [-1]\n', "sweep.seeds.values"),
     ('grids = 1\n', "sweep.grids"),
+    ('[capacity]\nslo = 5\n', "sweep.capacity"),
+    ('[capacity]\nslo_ms = 5\nsteps = 3\n', "sweep.capacity.steps"),
     ('[grid]\n"policy.name" = ["nosuch"]\n', "policy.name"),
 ])
 def test_bad_sweep_files_give_one_line_naming_the_field(tmp_path, capsys, text, field):
@@ -161,3 +163,28 @@ def test_cli_sweep_writes_the_table(tmp_path, capsys):
     t = pd.read_csv(tmp_path / "o" / "results.csv")
     assert list(t["policy"]) == ["zerobatch", "delaybatch"] and (t["n_completed"] == 300).all()
     assert "2 runs" in capsys.readouterr().out
+
+
+def test_a_capacity_sweep_finds_each_points_capacity(tmp_path):
+    path = write(tmp_path, """
+[grid]
+"policy" = [{name = "zerobatch", max_batch_size = 16}, {name = "dvabatch", max_batch_size = 16}]
+[capacity]
+slo_ms = 40
+resolution = 0.1
+max_queries = 4000
+""")
+    table = sweep(path, tmp_path / "out", workers=1, progress=False)
+    assert list(table["label"]) == ["zerobatch", "dvabatch"]
+    assert (table["capacity_qps"] > 0).all() and table["top_exceeded"].all()
+    assert (table["bracket_hi_qps"] / table["bracket_lo_qps"] - 1 <= 0.1 + 1e-12).all()
+    from dvasim.capacity import capacity
+
+    cfg = expand(load_sweep(path))[1].config
+    assert capacity(cfg, 40, resolution=0.1, max_queries=4000)["capacity_qps"] == table.loc[1, "capacity_qps"]
+    assert (tmp_path / "out" / "capacity.png").stat().st_size > 5_000
+    # a different [capacity] is a different run: nothing is taken from the cache
+    path.write_text(path.read_text().replace("slo_ms = 40", "slo_ms = 80"))
+    ran = []
+    sweep(path, tmp_path / "out", workers=1, progress=False, figure=False, on_result=lambda p, s: ran.append(p))
+    assert len(ran) == 2
