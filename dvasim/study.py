@@ -229,8 +229,26 @@ def window_candidates(model: str, device: str = "titanrtx") -> list[float]:
     return [round(t1 * f, 3) for f in (0.5, 1, 2, 4, 8, 16)]
 
 
+def peak_by_capacity(model: str, policy: dict[str, Any], *, seed: int = 0, refine: int = 4, qos_ms: float = QOS_MS,
+                     **cfg_kw) -> tuple[float, tuple[float, float]]:
+    """The peak as :func:`dvasim.capacity.capacity` finds it (Poisson load, p99 within ``qos_ms``, each probe
+    decided with 95% confidence): ``(capacity_qps, bracket)``, the bracket's top ``inf`` when never exceeded.
+    ``refine`` sets the effort: 4 and more, 2% resolution and up to 64,000 queries a probe; less, 5% and 8,000."""
+    from dvasim.capacity import capacity
+
+    cfg = make_config(model, policy, {"kind": "poisson", "rate_qps": 100.0, "n_queries": 1000, "seed": seed},
+                      qos_ms=qos_ms, **cfg_kw)
+    full = refine >= 4
+    res = capacity(cfg, qos_ms, resolution=0.02 if full else 0.05, max_queries=64_000 if full else 8_000)
+    lo, hi = res["bracket_qps"]
+    return res["capacity_qps"], (lo, hi if hi is not None else math.inf)
+
+
 def _peak_job(args):
     model, policy, kw = args
+    kw = dict(kw)
+    if kw.pop("peak", "stepping") == "capacity":
+        return peak_by_capacity(model, policy, **kw)
     p = peak_throughput(model, policy, **kw)
     return p.peak_qps, p.bracket
 
@@ -275,7 +293,8 @@ def _run_job(args):
 
 def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, seed: int = 1, workers: int = 2,
             progress: bool = True, windows: dict[str, float] | None = None, device: str = "titanrtx",
-            refine: int = 4, policies: Iterable[str] | None = None, qos_ms: float = QOS_MS):
+            refine: int = 4, policies: Iterable[str] | None = None, qos_ms: float = QOS_MS,
+            peak: str = "stepping"):
     """Tune DelayBatch, find its peak, then run every variant at low / medium / high load.
 
     ``policies``: the variant labels to run (default: all of :data:`VARIANTS`; ``dva+input`` runs only on token
@@ -284,28 +303,33 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
     ``dvabatch`` is run). Results do not depend on ``workers``: every run is seeded and rows keep job order.
     ``qos_ms``: the latency SLO the peaks are found under (and the QoS violation rates counted against). A peak
     that is the top of the stepping ladder (every level met the SLO) is only a lower bound: the calibration's
-    ``attrs["peak_at_ladder_top"]`` lists them (model:policy), and ``dvasim compare`` warns."""
+    ``attrs["peak_at_ladder_top"]`` lists them (model:policy), and ``dvasim compare`` warns. ``peak =
+    "capacity"`` finds every peak (the window tuning's too) with :func:`peak_by_capacity` instead of the paper's
+    stepping load and bisection."""
     models = list(models)
     labels = list(VARIANT_BY_LABEL) if policies is None else list(policies)
     per_model = {m: variants_for(m, labels, device) for m in models}
     want_dva_peak = "dvabatch" in labels
     total = sum(1 + 1 + int(want_dva_peak) + 3 * len(per_model[m]) for m in models)
     bar = _bar(progress, total=total, desc="compare")
+    if peak not in ("stepping", "capacity"):
+        raise ValueError(f"peak must be 'stepping' or 'capacity', got {peak!r}")
     kw = {"device": device} if qos_ms == QOS_MS else {"device": device, "qos_ms": float(qos_ms)}
+    peak_kw = {**kw, "peak": peak} if peak != "stepping" else kw
     tuned_windows = {}
     for model in models:
         if windows and model in windows:
             tuned_windows[model] = float(windows[model])
         else:
-            tuned = tune_delaybatch(model, workers=workers, **kw)
+            tuned = tune_delaybatch(model, workers=workers, **peak_kw)
             tuned_windows[model] = float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])
         bar.update(1)
     peak_jobs = []
     for model in models:
         peak_jobs.append((model, {"name": "delaybatch", "max_queue_delay_ms": tuned_windows[model]},
-                          {**kw, "refine": refine}))
+                          {**peak_kw, "refine": refine}))
         if want_dva_peak:
-            peak_jobs.append((model, {"name": "dvabatch"}, {**kw, "refine": refine}))
+            peak_jobs.append((model, {"name": "dvabatch"}, {**peak_kw, "refine": refine}))
     found = _map(_peak_job, peak_jobs, workers)
     at_top = [f"{m}:{pol['name']}" for (m, pol, _), (_, (_, hi)) in zip(peak_jobs, found) if not math.isfinite(hi)]
     peaks = iter(found)

@@ -183,3 +183,18 @@ def test_compare_flags_a_peak_at_the_top_of_the_load_ladder_and_takes_an_slo(tmp
     calib = pd.read_csv(tmp_path / "c" / "calibration.csv")
     assert calib.loc[0, "peak_qps_delaybatch"] == 4000.0
     assert compare_main(["--slo-ms", "0", "--out", str(tmp_path / "d")]) == 2
+
+
+def test_compare_can_find_its_peaks_with_the_capacity_search(tmp_path):
+    from dvasim.capacity import capacity
+    from dvasim.compare import main as compare_main
+    from dvasim.study import make_config
+
+    assert compare_main(["--quick", "--peak", "capacity", "--models", "bert_base", "--policies",
+                         "zerobatch,delaybatch,dvabatch", "--out", str(tmp_path / "c")]) == 0
+    calib = pd.read_csv(tmp_path / "c" / "calibration.csv").iloc[0]
+    # the DelayBatch peak is exactly what dvasim capacity finds for that window (same search, same effort)
+    cfg = make_config("bert_base", {"name": "delaybatch", "max_queue_delay_ms": float(calib["delaybatch_window_ms"])},
+                      {"kind": "poisson", "rate_qps": 100.0, "n_queries": 1000, "seed": 0})
+    assert capacity(cfg, 200.0, resolution=0.05, max_queries=8000)["capacity_qps"] == calib["peak_qps_delaybatch"]
+    assert calib["peak_qps_dvabatch"] > calib["peak_qps_delaybatch"]  # input diversity: DVABatch removes padding
