@@ -25,6 +25,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
+from dvasim.plots import policy_colours  # noqa: E402  (one colour per policy in every figure)
+
 PAPER = {"bert_base": 1.468, "bert_large": 1.37}  # §8.4: average over the tasks (+46.8 %, 1.37x)
 
 
@@ -82,7 +84,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     models = list(dict.fromkeys(df["model"]))
     fig, axes = plt.subplots(1, len(models), figsize=(7 * len(models), 4), squeeze=False)
     for ax, model in zip(axes.flat, models):
-        sns.barplot(data=long[long["model"] == model], x="task", y="peak_qps", hue="policy", ax=ax)
+        sns.barplot(data=long[long["model"] == model], x="task", y="peak_qps", hue="policy",
+                    palette=policy_colours(long["policy"].unique()), ax=ax)
         ax.set(title=model, xlabel="GLUE task (input lengths)", ylabel="peak throughput (QPS)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

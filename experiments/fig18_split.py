@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from dvasim import study  # noqa: E402
+from dvasim.plots import policy_colours  # noqa: E402  (one colour per policy in every figure)
 
 POLICIES = ("dvabatch", "dvabatch-split", "delaybatch")
 
@@ -74,7 +75,7 @@ def plot(mean: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
     for ax, model in zip(axes.flat, models):
         sns.barplot(data=mean[mean["model"] == model], x="load", y="mean_latency_ms", hue="policy",
-                    hue_order=list(POLICIES), ax=ax)
+                    hue_order=list(POLICIES), palette=policy_colours(POLICIES), ax=ax)
         ax.set(title=model, xlabel="load", ylabel="mean latency (ms)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from dvasim import study  # noqa: E402
+from dvasim.plots import policy_colours  # noqa: E402  (one colour per policy in every figure)
 
 PAPER_OVERHEAD_MS = 0.29
 
@@ -96,7 +97,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
                   value_name="mean_latency_ms")
     long["policy"] = long["policy"].str.replace("_mean_ms", "")
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
-    sns.barplot(data=long, x="model", y="mean_latency_ms", hue="policy", ax=a)
+    sns.barplot(data=long, x="model", y="mean_latency_ms", hue="policy",
+                palette=policy_colours(long["policy"].unique()), ax=a)
     a.set(title="closed loop, 1 client, launch overhead 0.29 ms per stage", xlabel="", ylabel="mean latency (ms)")
     a.tick_params(axis="x", rotation=20)
     sns.barplot(data=df, x="model", y="overhead_ms", hue="x_setting", ax=b)
