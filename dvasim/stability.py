@@ -106,13 +106,8 @@ def stability(arrival, finish, warmup_fraction: float = 0.0) -> dict:
     a, f = (a, f) if done.all() else (a[done], f[done])
     m = len(a)
     if m < MIN_QUERIES:
-        out["stable"] = not problems
-        if problems:
-            out["stability_reason"] = "unstable: " + "; ".join(problems)
-        else:
-            out["stability_reason"] = (f"stable: all queries finished (too few measured queries, {m} < "
+        return _verdict(out, problems, f"stable: all queries finished (too few measured queries, {m} < "
                                        f"{MIN_QUERIES}, to judge throughput and latency trend)")
-        return out
     lat = f - a
     thirds = np.array_split(lat, 3)
     # rule 2: served over offered rate, with the short-run allowance
@@ -139,12 +134,14 @@ def stability(arrival, finish, warmup_fraction: float = 0.0) -> dict:
     if trend > TREND_MAX and z > TREND_Z:
         problems.append(f"mean latency grew {trend:.2f}x from the first to the last third of the run "
                         f"(> {TREND_MAX:g}x, z = {z:.1f})")
-    out["stable"] = not problems
-    if problems:
-        out["stability_reason"] = "unstable: " + "; ".join(problems)
-    else:
-        out["stability_reason"] = (f"stable: served {_fmt_pct(ratio)} of the offered rate, mean latency "
+    return _verdict(out, problems, f"stable: served {_fmt_pct(ratio)} of the offered rate, mean latency "
                                    f"{trend:.2f}x from the first to the last third")
+
+
+def _verdict(out: dict, problems: list[str], stable_reason: str) -> dict:
+    """Fill ``stable`` and ``stability_reason`` from the problems found (none: ``stable_reason``)."""
+    out["stable"] = not problems
+    out["stability_reason"] = "unstable: " + "; ".join(problems) if problems else stable_reason
     return out
 
 
