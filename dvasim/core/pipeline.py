@@ -386,8 +386,10 @@ class Pipeline:
         key = (stage, item.num, seq_len)
         cost = self._cost.get(key)
         if cost is None:  # the table's time and the device demand of this stage, batch size and length
-            cost = self._cost[key] = (self.profile.latency(stage, item.num, seq_len),
-                                      self.profile.demand(stage, item.num, seq_len))
+            # a policy that pads every batch with dummy rows (pad_to_batch_size) is charged the padded size
+            b = max(item.num, getattr(self.policy, "pad_to_batch_size", 0) or 0)
+            cost = self._cost[key] = (self.profile.latency(stage, b, seq_len),
+                                      self.profile.demand(stage, b, seq_len))
         ex = Execution(stage, item, batch, queries, seq_len, cost[0], cost[1], start=now, lane=lane.index)
         for q in queries:
             q.stage_start[stage] = now
