@@ -180,3 +180,22 @@ def test_scripts_write_outside_the_committed_results_by_default():
     common = load("common")
     args = common.parser("x").parse_args([])
     assert args.out == Path("results") / "experiments" and args.out.resolve() != common.RESULTS.resolve()
+
+
+def test_table5_strategies(out):
+    mod = load("table5_strategies")
+    res = mod.main(["--quick", "--out", str(out / "t5")])
+    df = pd.read_csv(out / "t5" / "table5_strategies.csv")
+    assert len(df) == 2 * 4 * 8 and list(dict.fromkeys(df["strategy"])) == list(mod.LABELS)
+    assert set(df["load"]) == {"low", "medium", "high", "overload"}
+    assert (df["n_completed"] == df["n_queries"]).all()
+    assert (df.loc[df["stretch"] == 0, "n_stretch"] == 0).all() and (df.loc[df["split"] == 0, "n_split"] == 0).all()
+    assert (df.loc[(df["pipeline"] == 0) & (df["split"] == 0), "mean_batches_in_flight"] <= 1 + 1e-9).all()
+    assert df.loc[df["pipeline"] == 1, "mean_batches_in_flight"].max() > 1
+    # the paper's numbers are attached in Table 5's order (strategy I, ResNet, high: 3455.97)
+    row = df[(df["model"] == "resnet152") & (df["load"] == "high") & (df["strategy"] == "I")].iloc[0]
+    assert row["paper_throughput_qps"] == pytest.approx(3455.97)
+    # low load: every strategy serves the same queries, so the throughputs agree
+    low = df[df["load"] == "low"].groupby("model")["throughput_qps"]
+    assert ((low.max() / low.min() - 1) < 0.01).all()
+    assert len(res["comparison"]) == 2 * 4 and (out / "t5" / "table5_strategies.png").stat().st_size > 0

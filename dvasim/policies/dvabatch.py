@@ -42,6 +42,23 @@ gives no value for ``T_comp_wait``. Ours by default is ``t_comp_wait_frac`` time
 (the time the newcomers would need to catch up through the whole model), chosen from the sweep in
 ``experiments/README.md``.
 
+**Reorchestrating strategies (the characterization study's Table 5).** Stretch, split and pipelined execution are
+mutually independent, so a *strategy* is which of the three are on, given by three optional flags (``None``, the
+default, leaves everything as above):
+
+* ``stretch``: ``False`` turns Policy III's stretching off, ``True`` on (even where §7.1 would not pick *load*);
+* ``split``: ``False`` turns Policy II's splitting off, ``True`` on (even where §7.1 would not pick *operator*;
+  a batch is still split only where the ``split_factor`` test passes);
+* ``pipeline``: ``False`` means no pipelined execution: a new batch enters the first stage only when an instance
+  holds no batch at all (``free_instances() > 0``, Triton's gate), so batches never overlap across stages (one at a
+  time with one instance); stretch and split still act within that one batch (its split sub-batches are its own).
+  With Policy I the pending queries then form a single batch (no clustering). ``True`` / ``None``: multi-entry
+  pipelining (a new batch enters as soon as the first stage is free).
+
+The eight strategies, in Table 5's order (Stretch, Split, Pipeline as bits): I = 000 (naive batching), II = 001,
+III = 010, IV = 011, V = 100, VI = 101, VII = 110, VIII = 111 (everything on). ``experiments/table5_strategies.py``
+runs them with ``policies = []`` so that only the three flags matter.
+
 ``dvabatch-split`` enables only *split* (the paper's Figure 18), behind a Triton-style window.
 """
 
@@ -116,12 +133,19 @@ class DVABatch(Policy):
         "input_threshold": "input diversity when padding wastes at least this share of a full batch (default 0.1)",
         "preferred_threshold": "preferred batch size: throughput at least this share of the best (default 0.9)",
         "qos_target_ms": "cap of Policy I's window (default: the run's [qos] target_ms)",
+        "stretch": "Policy III's stretching on (true) or off (false), whatever the diversities (default: on with "
+                   '"load" in policies)',
+        "split": "Policy II's splitting on (true) or off (false), whatever the diversities (default: on with "
+                 '"operator" in policies)',
+        "pipeline": "pipelined execution: false = a new batch enters only when an instance holds no batch, so "
+                    "batches never overlap across stages (default true: multi-entry pipelining)",
     }
     default_policies: tuple[str, ...] | None = None  # None: decide from the table
 
     def __init__(self, max_batch_size=64, policies=None, max_queue_delay_ms=None, t_comp_wait_ms=None,
                  t_comp_wait_frac=T_COMP_WAIT_FRAC, split_factor=2.0, split_manner="serial", max_clusters=3,
-                 input_threshold=0.1, preferred_threshold=0.9, qos_target_ms=None):
+                 input_threshold=0.1, preferred_threshold=0.9, qos_target_ms=None, stretch=None, split=None,
+                 pipeline=None):
         super().__init__()
         self.max_batch_size = check_positive_int("policy.max_batch_size", max_batch_size)
         if policies is None:
@@ -152,6 +176,11 @@ class DVABatch(Policy):
             raise ConfigError("policy.preferred_threshold", f"must be in (0, 1], got {preferred_threshold!r}")
         self.preferred_threshold = pt
         self._qos = None if qos_target_ms is None else check_nonneg_number("policy.qos_target_ms", qos_target_ms)
+        for field, value in (("stretch", stretch), ("split", split), ("pipeline", pipeline)):
+            if value is not None and not isinstance(value, bool):
+                raise ConfigError(f"policy.{field}", f"must be true or false, got {value!r}")
+        self._stretch_flag, self._split_flag, self._pipeline_flag = stretch, split, pipeline
+        self.pipeline = pipeline is not False
 
     # ------------------------------------------------------------------ setup (§7.1)
     def bind(self, view) -> None:
@@ -185,8 +214,8 @@ class DVABatch(Policy):
                 chosen.append("load")
             self.policies = tuple(chosen)
         self.use_input = "input" in self.policies
-        self.use_split = "operator" in self.policies
-        self.use_stretch = "load" in self.policies
+        self.use_split = "operator" in self.policies if self._split_flag is None else self._split_flag
+        self.use_stretch = "load" in self.policies if self._stretch_flag is None else self._stretch_flag
         self.max_queue_delay_ms = self._window  # None: Policy I's window, from the pending inputs
         self.t_comp_wait_ms = (self._t_comp_wait if self._t_comp_wait is not None
                                else self.t_comp_wait_frac * prof.total(1, self.ref_len))
@@ -194,6 +223,10 @@ class DVABatch(Policy):
     def describe(self) -> dict:
         d = {"name": self.name, "max_batch_size": self.max_batch_size, "split_factor": self.split_factor,
              "split_manner": self.split_manner, "max_clusters": self.max_clusters}
+        for field, value in (("stretch", self._stretch_flag), ("split", self._split_flag),
+                             ("pipeline", self._pipeline_flag)):
+            if value is not None:  # only when given: the defaults' resolved configs stay as they were
+                d[field] = value
         if self.view is not None:
             d.update(policies=list(self.policies), t_comp_wait_ms=self.t_comp_wait_ms,
                      preferred_batch_sizes=self.preferred)
@@ -303,8 +336,19 @@ class DVABatch(Policy):
         if room <= 0:
             return ops
         n = len(self.pending)
-        free = self._first_stage_free()
         full = n >= min(room, self.max_batch_size)
+        if not self.pipeline:
+            # no pipelined execution: a new batch only into an instance that holds no batch (then at once with
+            # Policy I, as Triton with an idle instance; else after the window or with a full batch)
+            free = self.view.free_instances() > 0
+            go = free and (self.use_input or full or now - self.pending[0].seen >= self.window() - time_eps(now))
+            if not go:
+                return ops
+            batch = self.take(min(n, room, self.max_batch_size))
+            seq_len = max(q.seq_len for q in batch) if self.has_len else None
+            ops.append(New(batch, splittable=self.use_split and self._would_split(0, len(batch), seq_len)))
+            return ops
+        free = self._first_stage_free()
         # Policy I: batches enter independently; the window only bounds the wait while the first stage is busy.
         # Otherwise a new batch waits for a free first stage (and, with a window, for the window or a full batch).
         if self.use_input:

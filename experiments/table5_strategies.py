@@ -1,0 +1,185 @@
+"""Table 5 of the characterization study (batching-characterization-2024 §6.1): throughput of the eight
+reorchestrating strategies (stretch, split and pipelined execution each on or off) for ResNet, BERT and LinkNet at
+low / medium / high load.
+
+**Strategies.** Table 5's rows, in its order (its columns Stretch, Split, Pipeline read as bits): I = 000 (naive
+batching), II = 001, III = 010, IV = 011, V = 100, VI = 101, VII = 110, VIII = 111. Each is ``dvabatch`` with
+``policies = []`` (no Policy I clustering: Table 5's strategies are only about the three operations) and the flags
+``stretch``, ``split``, ``pipeline`` of :class:`dvasim.policies.dvabatch.DVABatch` set to the strategy's bits.
+``pipeline = false``: a new batch enters only when the pipeline holds no batch (no overlap across stages).
+
+**Models.** ResNet = ``resnet152`` (4 stages), BERT = ``bert_base`` (2 stages, GLUE RTE lengths), LinkNet =
+``linknet`` (4 stages), on the Titan RTX tables (``[model] device = "titanrtx"``), ``bs_max`` 64, QoS 200 ms.
+
+**Loads.** Low / medium / high = 1/4, 3/5, 9/10 (``dvasim.study.LOADS``) of the peak throughput of strategy VIII
+(everything on) found by :func:`dvasim.capacity.capacity` (p99 within 200 ms, Poisson; ``study.peak_by_capacity``).
+Table 5's own loads fit these fractions: its low / medium throughputs (all strategies equal, so = offered) are in
+the ratio 0.415 (ResNet 1083 / 2608, LinkNet 830 / 1974), i.e. 1/4 : 3/5, and at high load the best strategies
+reach about 9/10 of four times the low load. At high load, a strategy whose capacity is below the offered rate
+saturates and its measured throughput (finished queries over first arrival to last finish) falls below the
+offered rate: that is where Table 5's strategies differ. In the simulator the strategies' saturation throughputs
+lie closer together than their p99-bounded peaks, so 9/10 of VIII's peak saturates few of them; a fourth level,
+*overload* (``--overload``, default 1.5 x the same peak, not in Table 5), saturates every strategy and so measures
+each one's throughput capacity; it is compared with Table 5's high-load column.
+
+Every point is the mean over ``--seeds`` Poisson runs of ``--queries`` queries. Writes ``table5_strategies.csv``
+(one row per model, load and strategy, means over the seeds, with the paper's throughput where Table 5 gives it),
+``table5_strategies_runs.csv`` (one row per seed) and ``table5_strategies.png`` (one panel per model), and prints
+the table in Table 5's layout and a comparison of the orderings at high load with the paper's.
+
+    .venv/bin/python experiments/table5_strategies.py [--quick] [--out DIR] [--queries N] [--seeds K]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+from dvasim import study  # noqa: E402
+from dvasim.plots import policy_colours  # noqa: E402  (a fixed colour per label)
+
+# (label, stretch, split, pipeline), Table 5's rows in its order
+STRATEGIES = (("I", 0, 0, 0), ("II", 0, 0, 1), ("III", 0, 1, 0), ("IV", 0, 1, 1),
+              ("V", 1, 0, 0), ("VI", 1, 0, 1), ("VII", 1, 1, 0), ("VIII", 1, 1, 1))
+LABELS = tuple(s[0] for s in STRATEGIES)
+MODELS = {"ResNet": "resnet152", "BERT": "bert_base", "LinkNet": "linknet"}
+PAPER_NAME = {v: k for k, v in MODELS.items()}
+PAPER_LOAD = {"low": "low", "medium": "medium", "high": "high", "overload": "high"}  # Table 5's column compared
+
+# Table 5's throughputs (queries/s): model -> load -> one value per strategy I..VIII
+PAPER = {
+    "resnet152": {"low": [1083.14, 1081.07, 1083.07, 1081.04, 1081.12, 1080.92, 1080.89, 1080.88],
+                  "medium": [2608.62, 2603.97, 2607.60, 2604.87, 2605.03, 2602.08, 2604.82, 2602.44],
+                  "high": [3455.97, 3867.68, 3087.69, 3740.58, 3854.02, 3866.82, 3756.22, 3867.37]},
+    "bert_base": {"low": [319.32, 319.33, 319.34, 319.35, 319.30, 319.33, 319.34, 319.33],
+                  "medium": [698.61, 692.98, 697.34, 695.63, 696.19, 686.51, 695.99, 681.77],
+                  "high": [999.95, 749.00, 999.47, 997.73, 995.43, 752.64, 993.90, 737.95]},
+    "linknet": {"low": [830.10, 830.02, 829.97, 829.98, 830.03, 829.91, 829.94, 829.99],
+                "medium": [1974.27, 1974.22, 1974.36, 1974.86, 1974.49, 1973.39, 1974.31, 1974.06],
+                "high": [2315.73, 2774.40, 2409.07, 2351.10, 2368.43, 2764.35, 2322.81, 2746.51]},
+}
+
+
+def strategy_policy(stretch: int, split: int, pipeline: int) -> dict:
+    return {"name": "dvabatch", "policies": [], "stretch": bool(stretch), "split": bool(split),
+            "pipeline": bool(pipeline)}
+
+
+def run_one(model: str, policy: dict, rate: float, n: int, seed: int) -> dict:
+    wl = {"kind": "poisson", "rate_qps": float(rate), "n_queries": int(n), "seed": seed}
+    s = study.run_config(study.make_config(model, policy, wl)).summary
+    keys = ("throughput_qps", "mean_latency_ms", "p99_latency_ms", "qos_violation_rate", "mean_exit_batch_size",
+            "n_stretch", "n_split", "mean_batches_in_flight", "n_completed", "n_queries")
+    return {k: s[k] for k in keys}
+
+
+def main(argv=None) -> dict[str, pd.DataFrame]:
+    p = common.parser(__doc__.split("\n\n")[0])
+    p.add_argument("--queries", type=int, default=None, help="queries per run (default 5000; quick 400)")
+    p.add_argument("--seeds", type=int, default=None, help="runs per point (default 3; quick 1)")
+    p.add_argument("--overload", type=float, default=1.5,
+                   help="the overload level as a multiple of strategy VIII's peak (default 1.5; 0 = none)")
+    args = common.parse(p, argv)
+    models = args.models or (["resnet152", "linknet"] if args.quick else list(MODELS.values()))
+    n = args.queries or (400 if args.quick else 5000)
+    seeds = range(1, 1 + (args.seeds or (1 if args.quick else 3)))
+    clock = common.Stopwatch()
+    rows = []
+    for model in models:
+        ref, _ = study.peak_by_capacity(model, strategy_policy(1, 1, 1), seed=args.seed,
+                                        refine=1 if args.quick else 4)
+        loads = {**study.LOADS, **({"overload": args.overload} if args.overload > 0 else {})}
+        for load, frac in loads.items():
+            rate = frac * ref
+            for label, st, sp, pl in STRATEGIES:
+                for seed in seeds:
+                    r = run_one(model, strategy_policy(st, sp, pl), rate, n, seed)
+                    rows.append({"model": model, "load": load, "strategy": label, "stretch": st, "split": sp,
+                                 "pipeline": pl, "reference_peak_qps": ref, "offered_qps": rate, "seed": seed, **r})
+        print(f"{model} done (strategy VIII peak {ref:.1f} qps) [{clock}]", flush=True)
+    runs = pd.DataFrame(rows)
+    keys = ["model", "load", "strategy", "stretch", "split", "pipeline"]
+    mean = runs.groupby(keys, sort=False).mean(numeric_only=True).reset_index().drop(columns="seed")
+    mean["throughput_rel_I"] = mean["throughput_qps"] / mean.groupby(["model", "load"])["throughput_qps"].transform(
+        "first")
+    mean["paper_throughput_qps"] = [PAPER[r.model][PAPER_LOAD[r.load]][LABELS.index(r.strategy)]
+                                    if r.model in PAPER else np.nan for r in mean.itertuples()]
+    mean["paper_rel_I"] = mean["paper_throughput_qps"] / mean.groupby(["model", "load"])[
+        "paper_throughput_qps"].transform("first")
+    common.save(runs, args.out, "table5_strategies_runs.csv")
+    common.save(mean, args.out, "table5_strategies.csv")
+    plot(mean, args.out / "table5_strategies.png")
+    wide = mean.pivot_table(index="strategy", columns=["model", "load"], values="throughput_qps", sort=False)
+    wide.columns = [f"{PAPER_NAME.get(m, m)} {ld}" for m, ld in wide.columns]
+    common.show(wide.reset_index(), "Table 5: throughput (queries/s) per strategy, model and load", digits=1)
+    common.show(mean[["model", "load", "strategy", "offered_qps", "throughput_qps", "mean_latency_ms",
+                      "p99_latency_ms", "n_stretch", "n_split", "mean_batches_in_flight"]],
+                "per strategy: throughput, mean / p99 latency (ms), meta operations, batches in flight", digits=2)
+    compare(mean)
+    print(f"total {clock}")
+    return {"runs": runs, "mean": mean, "comparison": comparison(mean)}
+
+
+def comparison(mean: pd.DataFrame) -> pd.DataFrame:
+    """Per model and load: the simulator's and the paper's throughput relative to strategy I, and the rank
+    correlation (Spearman) of the two orderings of the eight strategies."""
+    rows = []
+    for (model, load), g in mean.groupby(["model", "load"], sort=False):
+        sim, pap = g["throughput_qps"].rank(), g["paper_throughput_qps"].rank()
+        rows.append({"model": model, "load": load,
+                     "sim_best": ",".join(g.loc[g["throughput_rel_I"] >= g["throughput_rel_I"].max() - 0.01,
+                                                "strategy"]),
+                     "paper_best": ",".join(g.loc[g["paper_rel_I"] >= g["paper_rel_I"].max() - 0.01, "strategy"]),
+                     "sim_spread_%": 100 * (g["throughput_qps"].max() / g["throughput_qps"].min() - 1),
+                     "paper_spread_%": 100 * (g["paper_throughput_qps"].max() / g["paper_throughput_qps"].min() - 1),
+                     # only where the simulator's strategies differ by more than run-to-run noise (0.5%)
+                     "spearman": float(np.corrcoef(sim, pap)[0, 1])
+                     if g["throughput_qps"].max() > 1.005 * g["throughput_qps"].min() else np.nan})
+    return pd.DataFrame(rows)
+
+
+def compare(mean: pd.DataFrame) -> None:
+    cmp = comparison(mean)
+    common.show(cmp, "vs the paper's Table 5: best strategies (within 1% of the best), spread max/min - 1, "
+                     "rank correlation of the eight strategies' throughputs (where they differ by > 0.5%)", digits=2)
+    for load in ("high", "overload"):
+        _relative(mean, load)
+    print("\nTable 5's low and medium loads leave every strategy at the offered rate (spread < 2.5%); the "
+          "differences are at high load. Our tables are modelled Titan RTX tables of resnet152 / bert_base / linknet "
+          "under the simulator's device-sharing model, not the study's measurements, so absolute rates differ; "
+          "compare the orderings. The overload rows are compared with Table 5's high-load column.")
+
+
+def _relative(mean: pd.DataFrame, load: str) -> None:
+    high = mean[mean["load"] == load]
+    if not len(high):
+        return
+    rel = high.pivot_table(index="strategy", columns="model", values=["throughput_rel_I", "paper_rel_I"], sort=False)
+    rel.columns = [f"{PAPER_NAME.get(m, m)} {'sim' if k == 'throughput_rel_I' else 'paper'}" for k, m in rel.columns]
+    common.show(rel[sorted(rel.columns)].reset_index(), f"{load} load: throughput relative to strategy I "
+                "(paper: Table 5's high load)", digits=3)
+
+
+def plot(mean: pd.DataFrame, path: Path) -> None:
+    plt, sns = common.plt_sns()
+    models = list(dict.fromkeys(mean["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
+    order = [ld for ld in PAPER_LOAD if ld in set(mean["load"])]
+    for ax, model in zip(axes.flat, models):
+        sns.barplot(data=mean[mean["model"] == model], x="load", y="throughput_qps", hue="strategy", order=order,
+                    hue_order=list(LABELS), palette=policy_colours(LABELS), ax=ax)
+        ax.set(title=f"{PAPER_NAME.get(model, model)} ({model})", xlabel="load", ylabel="throughput (queries/s)")
+        ax.legend(title="strategy", fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
