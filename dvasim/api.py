@@ -121,10 +121,13 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         from dvasim.errors import IncompleteRunWarning
 
         warnings.warn(f"dvasim.run: {res.stuck}", IncompleteRunWarning, stacklevel=2)
-    from dvasim.plots import FIGURE_MAX_POINTS
+    extra = {}
+    if records is not None:
+        from dvasim.plots import FIGURE_MAX_POINTS
 
-    # what the latency figure draws (every k-th query when there are many), so that no writer reads them all back
-    extra = {"latency_sample": store.latency_sample(FIGURE_MAX_POINTS)}
+        # what the latency figure draws (every k-th query when there are many), so that writing the outputs of a
+        # streamed run never reads its records back
+        extra["latency_sample"] = store.latency_sample(FIGURE_MAX_POINTS)
     if recorder is not None:
         extra["timeline"] = recorder.frame()
     return RunResult(store.frame() if records is None else None, summary, resolved, res.stuck, extra=extra,

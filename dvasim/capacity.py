@@ -119,7 +119,7 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
             else:
                 ok, how = slow / n <= allowed, "estimate"
             rec = {"rate_qps": float(rate), "n_queries": int(n), "slow": slow, "slow_fraction": slow / n,
-                   "slow_bounds": [lower, upper], f"p{percentile:g}_latency_ms": float(np.nanpercentile(
+                   "slow_bounds": [lower, upper], f"p{percentile:g}_latency_ms": float(np.percentile(
                        np.where(np.isnan(lat), np.inf, lat), percentile)),
                    "served_fraction": served, "within_slo": ok, "decided_by": how}
             probes.append(rec)

@@ -179,6 +179,18 @@ def attribution_bars(att: pd.DataFrame, path: str | Path, title: str = "") -> Pa
     return path
 
 
+def label_palette(labels) -> tuple[list[str], dict[str, str] | None]:
+    """The sweep labels in order and their colours: when every label names a different policy first (its first
+    word), that policy's colour (labels then in :data:`PALETTE` order); else ``None`` (seaborn's own)."""
+    labels = list(dict.fromkeys(labels))
+    heads = [lb.split(" ", 1)[0] for lb in labels]
+    if len(set(heads)) != len(heads) or not all(h in PALETTE for h in heads):
+        return labels, None
+    order = list(PALETTE)
+    return sorted(labels, key=lambda lb: order.index(lb.split(" ", 1)[0])), {lb: PALETTE[h] for lb, h in
+                                                                              zip(labels, heads)}
+
+
 def sweep_figure(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     """Mean and p99 latency against the offered load of a sweep's runs (:func:`dvasim.sweep.sweep`'s table):
     one line per ``label`` (the swept values other than the load and the seed), the mean over seeds with its 95%
@@ -186,13 +198,7 @@ def sweep_figure(table: pd.DataFrame, path: str | Path, title: str = "") -> Path
     plt, sns = _plt()
     df = table.copy()
     df["label"] = df["label"].replace("", "all runs")
-    labels = list(dict.fromkeys(df["label"]))
-    # a line of one policy gets that policy's colour (the first word of its label)
-    heads = [lb.split(" ", 1)[0] for lb in labels]
-    palette = None
-    if len(set(heads)) == len(heads) and all(h in PALETTE for h in heads):
-        palette = {lb: PALETTE[h] for lb, h in zip(labels, heads)}
-        labels = sorted(labels, key=lambda lb: list(PALETTE).index(lb.split(" ", 1)[0]))
+    labels, palette = label_palette(df["label"])
     # the nominal rate when it was swept (seeds then average at one point), else the measured offered rate
     x = "workload.rate_qps" if "workload.rate_qps" in df else "offered_qps"
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -210,9 +216,7 @@ def capacity_figure(table: pd.DataFrame, path: str | Path, slo_ms: float | None 
     plt, sns = _plt()
     df = table.copy()
     df["label"] = df["label"].replace("", "all")
-    labels = list(dict.fromkeys(df["label"]))
-    heads = [lb.split(" ", 1)[0] for lb in labels]
-    palette = {lb: PALETTE.get(h, "#8c8c8c") for lb, h in zip(labels, heads)}
+    labels, palette = label_palette(df["label"])
     fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(labels) + 2), 3.8))
     sns.barplot(data=df, x="label", y="capacity_qps", hue="label", order=labels, palette=palette, errorbar=("ci", 95),
                 legend=False, ax=ax)

@@ -4,7 +4,8 @@ A :class:`RecordStore` receives each query as it leaves the pipeline (and, at th
 never did) and keeps
 
 * the columns the summary needs, in per-query arrays indexed by query id (arrival, first-stage start, finish and
-  exit batch size: 32 bytes a query, so 10 million queries take 320 MB), from which :func:`summarize_arrays`
+  exit batch size: 28 bytes a query, 36 with the offered rate; an open loop's arrivals are shared with its
+  workload, not copied), from which :func:`summarize_arrays`
   computes the exact mean and percentiles;
 * the full record (:data:`columns`) of every query, either in memory (``frame()`` gives the DataFrame, in query
   id order) or written to a Parquet file in chunks of ``chunk_rows`` rows, in the order the queries left
@@ -34,12 +35,17 @@ def columns(n_stages: int) -> list[str]:
             *[f"s{s}_{k}_ms" for s in range(n_stages) for k in ("start", "finish")], "queue_ms"]
 
 
+def _blank_row(qid: int, arrival: float, seq_len: int, n_stages: int) -> tuple:
+    """The record of a query that never reached the front door."""
+    nan = math.nan
+    stages = [nan] * n_stages
+    return (qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0, stages, stages)
+
+
 def _row(q, n_stages: int) -> tuple:
     st = q.stage_start
     if not st:  # never reached the front door
-        nan = [math.nan] * n_stages
-        return (q.qid, q.arrival, q.seen, q.admitted, math.nan, q.finish, q.seq_len, q.batch_id, q.exit_batch_id,
-                q.exit_batch_size, nan, nan)
+        return _blank_row(q.qid, q.arrival, q.seq_len, n_stages)
     return (q.qid, q.arrival, q.seen, q.admitted, st[0], q.finish, q.seq_len, q.batch_id, q.exit_batch_id,
             q.exit_batch_size, st, q.stage_finish)
 
@@ -83,9 +89,7 @@ class RecordStore:
 
     def add_unseen(self, qid: int, seq_len: int) -> None:
         """A query that never reached the front door (its arrival, if known, is in the summary arrays)."""
-        nan = math.nan
-        stages = [nan] * self.n_stages
-        self._rows.append((qid, float(self.arrival[qid]), nan, nan, nan, nan, seq_len, -1, -1, 0, stages, stages))
+        self._rows.append(_blank_row(qid, float(self.arrival[qid]), seq_len, self.n_stages))
         if len(self._rows) >= self.chunk_rows:
             self._flush()
 

@@ -157,11 +157,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------ engine API
     def arrive(self, query: Query, now: float) -> None:
-        self._now = now
-        query.seen = now
-        query.stage_start = [math.nan] * self.n_stages
-        query.stage_finish = [math.nan] * self.n_stages
-        self.policy.on_arrival(query)
+        self.arrive_many([query], now)
 
     def arrive_many(self, queries: list[Query], now: float) -> None:
         """:meth:`arrive` for each of ``queries``, in order (queries seen together)."""
@@ -173,17 +169,6 @@ class Pipeline:
             q.stage_start = [math.nan] * n
             q.stage_finish = [math.nan] * n
             on_arrival(q)
-
-    def quiet(self) -> bool:
-        """True when :meth:`step` would start nothing and change nothing, and :meth:`wakeup_time` is ``inf``: no
-        executor has anything new to look at and the policy says its front door cannot act now
-        (:meth:`Policy.front_door_blocked`). Engines may then skip the step."""
-        if not self.policy.front_door_blocked():
-            return False
-        for lane in self.lanes:
-            if lane.dirty:
-                return False
-        return True
 
     def wakeup_time(self) -> float:
         return self.policy.next_wakeup(self._now)

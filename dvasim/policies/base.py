@@ -161,11 +161,6 @@ class Policy(ABC):
         """The next time :meth:`admit` must be called even if nothing else happens (``inf`` if never)."""
         return math.inf
 
-    def front_door_blocked(self) -> bool:
-        """True only if :meth:`admit` would return nothing and :meth:`next_wakeup` ``inf`` now, whatever queries
-        are pending (e.g. every instance busy): the engine may then skip asking. Default: never claimed."""
-        return False
-
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, **{k: getattr(self, k) for k in self.params if hasattr(self, k)}}
 

@@ -78,9 +78,6 @@ class TritonDynamicBatcher(Policy):
             ops.append(New(self.take(n)))
         return ops
 
-    def front_door_blocked(self) -> bool:
-        return self.view.free_instances() == 0  # no instance to batch for: admit forms nothing, no timer
-
     def next_wakeup(self, now: float) -> float:
         if self.pending and self._free():
             return self.pending[0].seen + self.max_queue_delay_ms

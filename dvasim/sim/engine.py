@@ -215,9 +215,6 @@ def simulate(
         processed (after what is already due at this instant); one for ``self_k`` (the executor that has just
         finished) is left in its mailbox for the caller to start at once."""
         now = env.now
-        if pipeline.quiet():  # nothing can start and the front door would neither act nor arm a timer
-            pipeline._now = now
-            return
         for ex in pipeline.step(now):
             k = ex.lane * n_stages + ex.stage
             mailbox[k] = ex

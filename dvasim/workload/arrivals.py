@@ -43,7 +43,7 @@ def _check_rate(name: str, value) -> float:
     return float(value)
 
 
-# one run keeps about 40 bytes a query in memory and streams its records (10 million: under 1 GiB, ~7 minutes
+# one run keeps about 36 bytes a query in memory and streams its records (10 million: under 1 GiB, ~7 minutes
 # here); 20 million is the most one run takes
 MAX_QUERIES = 20_000_000
 
@@ -54,7 +54,7 @@ def _check_count(name: str, value) -> int:
     if value <= 0:
         raise ConfigError(f"workload.{name}", f"must be an integer > 0, got {value!r}")
     if value > MAX_QUERIES:
-        raise ConfigError(f"workload.{name}", f"at most {MAX_QUERIES:,} in one run (about 40 bytes a query stay "
+        raise ConfigError(f"workload.{name}", f"at most {MAX_QUERIES:,} in one run (about 36 bytes a query stay "
                                               f"in memory and a run takes minutes per million), got {value:,}; "
                                               "split the study into runs")
     return int(value)
