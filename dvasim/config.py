@@ -250,16 +250,20 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     return cfg
 
 
-def find_file(value: Any, base_dir: str | None, field: str) -> Path:
+def find_file(value: Any, base_dir: str | None, field: str, hint: str = "") -> Path:
+    """A data file named in a config: an absolute path, or relative to ``base_dir`` (the config's directory),
+    the working directory, then :data:`DATA_ROOT` (the shipped ``traces/``). ConfigError naming ``field``
+    (followed by ``hint``) if there is none."""
     if not isinstance(value, str) or not value:
         raise ConfigError(field, f"must be a file path string, got {value!r}")
-    p = Path(value)
+    p = Path(value).expanduser()
     candidates = [p] if p.is_absolute() else [Path(base_dir or ".") / p, Path.cwd() / p, DATA_ROOT / p]
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    raise ConfigError(field, f"file {value!r} not found (looked next to the config, in the working directory and in "
-                             f"{DATA_ROOT}, where the shipped traces/ are)")
+    where = "" if p.is_absolute() else (f" (looked next to the config, in the working directory and in {DATA_ROOT}, "
+                                        "where the shipped traces/ are)")
+    raise ConfigError(field, f"file {value!r} not found{where}{hint}")
 
 
 def _check_keys(section: str, values: dict[str, Any], allowed: dict[str, str]) -> None:

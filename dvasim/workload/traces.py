@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from dvasim.calibration.table import read_provenance_csv, traces_dir
+from dvasim.config import find_file
 from dvasim.errors import ConfigError, WorkloadError
-from dvasim.paths import DATA_ROOT
 
 __all__ = ["Trace", "TIME_COLUMNS", "UNITS", "load_trace", "trace_arrivals", "trace_path", "shipped_traces"]
 
@@ -123,14 +123,9 @@ def trace_path(spec, base_dir: str | Path | None = None) -> Path:
         raise ConfigError("workload.path", f"unknown shipped trace {name!r}; shipped traces are "
                                            f"{', '.join(shipped_traces()) or '(none found in ' + str(_arrivals_dir()) + ')'}"
                                            " (write e.g. path = \"trace:azure_code\")")
-    p = Path(text).expanduser()
-    candidates = [p] if p.is_absolute() else [Path(base_dir or ".") / p, Path.cwd() / p, DATA_ROOT / p]
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-    where = str(p) if p.is_absolute() else f"{text!r} (looked next to the config, in the working directory and in {DATA_ROOT})"
-    raise ConfigError("workload.path", f"trace file not found: {where}; give the path of a {_FORMATS} file, or "
-                                       f"\"trace:<name>\" (shipped: {', '.join(shipped_traces()) or 'none'})")
+    return find_file(text, None if base_dir is None else str(base_dir), "workload.path",
+                     hint=f"; give the path of a {_FORMATS} file, or \"trace:<name>\" (shipped: "
+                          f"{', '.join(shipped_traces()) or 'none'})")
 
 
 def _read_text(path: Path, gz: bool) -> tuple[dict[str, str], str]:
