@@ -33,8 +33,10 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"latency SLO (ms) of the peak-throughput search and the QoS rates (default {study.QOS_MS:g})")
     ap.add_argument("--quick", action="store_true", help="fewer queries and bisection steps (a smoke run)")
     ap.add_argument("--out", default="results/compare", help="output directory")
-    ap.add_argument("--policies", default=",".join(study.VARIANT_BY_LABEL),
-                    help="comma-separated variant labels to run (default: all): " + ", ".join(study.VARIANT_BY_LABEL))
+    ap.add_argument("--policies", default=",".join(study.DEFAULT_LABELS),
+                    help="comma-separated variant labels to run (default: the DVABatch study's "
+                         f"{', '.join(study.DEFAULT_LABELS)}); the papers' peer systems: "
+                         + ", ".join(v.label for v in study.PEER_VARIANTS))
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in study.MODELS]

@@ -98,6 +98,15 @@ PALETTE: dict[str, str] = {
     "dva+stretch": "#74c476",
     "dva+split": "#31a354",
     "dva+input": "#006d2c",
+    # the papers' peer systems
+    "serial": "#8c8c8c",
+    "graphbatch": "#937860",
+    "lazybatch": "#64b5cd",
+    "tfserving-nowait": "#ccb974",
+    "tfserving-optwait": "#b8860b",
+    "tfserving-static": "#7f6a00",
+    "n-ebird": "#da8bc3",
+    "e-ebird": "#a0317f",
 }
 _EXTRA = ("#937860", "#8c8c8c", "#ccb974", "#64b5cd", "#da8bc3")
 # the attribution's steps, coloured like the variant each step ends at ("rest": DVABatch itself)

@@ -57,14 +57,16 @@ MATCH_TOLERANCE = 0.02  # a baseline "matches" DVABatch when its mean latency is
 @dataclass(frozen=True)
 class Variant:
     """One compared system: ``policy`` (``max_queue_delay_ms = WINDOW`` stands for DelayBatch's tuned window of the
-    model), ``engine`` overrides of ``[engine]``, and whether it runs only on token models (tables with a
-    ``seq_len``)."""
+    model), ``engine`` overrides of ``[engine]``, whether it runs only on token models (tables with a
+    ``seq_len``), and whether the study's batch limit :data:`BS_MAX` is imposed on it (the peer systems keep
+    their papers' own limits)."""
 
     label: str
     policy: dict[str, Any]
     engine: dict[str, Any] = field(default_factory=dict)
     token_only: bool = False
     doc: str = ""
+    study_batch_limit: bool = True  # the study's max_batch_size (BS_MAX); False: the policy's own default
 
     def policy_for(self, window: float) -> dict[str, Any]:
         """The policy dict with the tuned window filled in."""
@@ -88,7 +90,23 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("dva+input", {"name": "dvabatch", "policies": ["load", "operator", "input"]}, token_only=True,
             doc="+ Policy I (input clustering), token models only"),
 )
-VARIANT_BY_LABEL = {v.label: v for v in VARIANTS}
+# the papers' peer systems (each a policy of its own name, with its paper's defaults): runnable by
+# ``dvasim compare --policies``, not in the default set (which is the DVABatch paper's study)
+PEER_VARIANTS: tuple[Variant, ...] = tuple(
+    Variant(name, {"name": name}, doc=doc, study_batch_limit=False) for name, doc in (
+        ("serial", "LazyBatching's Serial: no batching, one request at a time"),
+        ("graphbatch", "LazyBatching's GraphB(5): a 5 ms window, batches up to 64"),
+        ("lazybatch", "LazyBatching: node-level lazy batching under an SLA-aware slack predictor"),
+        ("tfserving-nowait", "TF-Serving NO_Wait (E2bird): no batch timeout, batches up to 32"),
+        ("tfserving-optwait", "TF-Serving OPT_Wait (E2bird): a 30 ms batch timeout, batches up to 32"),
+        ("tfserving-static", "TF-Serving Static (E2bird): OPT_Wait with every batch padded to 32"),
+        ("n-ebird", "E2bird's N-Ebird: elastic batches on multi-granularity workers"),
+        ("e-ebird", "E2bird's E-Ebird: N-Ebird with the worker set profiled per load"),
+    )
+)
+ALL_VARIANTS: tuple[Variant, ...] = VARIANTS + PEER_VARIANTS
+DEFAULT_LABELS: tuple[str, ...] = tuple(v.label for v in VARIANTS)  # what compare runs unless told
+VARIANT_BY_LABEL = {v.label: v for v in ALL_VARIANTS}
 # the cumulative ablation chain from DelayBatch to DVABatch: (share name, variant ending the step)
 ATTRIBUTION_STEPS = (("multientry", "dva-multientry"), ("stretch", "dva+stretch"), ("split", "dva+split"),
                      ("input", "dva+input"), ("rest", "dvabatch"))
@@ -105,13 +123,13 @@ def is_token_model(model: str, device: str = "titanrtx", stages: int | None = No
 
 def variants_for(model: str, labels: Iterable[str] | None = None, device: str = "titanrtx") -> list[Variant]:
     """The variants (in :data:`VARIANTS` order) among ``labels`` (default: all) that apply to ``model``."""
-    wanted = set(VARIANT_BY_LABEL) if labels is None else set(labels)
+    wanted = set(DEFAULT_LABELS) if labels is None else set(labels)
     unknown = wanted - set(VARIANT_BY_LABEL)
     if unknown:
         raise ValueError(f"unknown variant {sorted(unknown)[0]!r}; allowed: {', '.join(VARIANT_BY_LABEL)}")
     token = None
     out = []
-    for v in VARIANTS:
+    for v in ALL_VARIANTS:
         if v.label not in wanted:
             continue
         if v.token_only:
@@ -127,12 +145,14 @@ def variant_config(variant: Variant | str, model: str, window: float, workload: 
     """The config of ``variant`` on ``model`` (``window``: DelayBatch's tuned window) under ``workload``."""
     v = VARIANT_BY_LABEL[variant] if isinstance(variant, str) else variant
     engine = {**(cfg_kw.pop("engine", None) or {}), **v.engine}
-    return make_config(model, v.policy_for(window), workload, engine=engine, **cfg_kw)
+    return make_config(model, v.policy_for(window), workload, engine=engine, study_batch_limit=v.study_batch_limit,
+                       **cfg_kw)
 
 
 def make_config(model: str, policy: dict[str, Any], workload: dict[str, Any], *, device: str = "titanrtx",
                 stages: int | None = None, buffer_pairs: int = 2, qos_ms: float = QOS_MS,
-                seq_len_dist: str | None = None, engine: dict[str, Any] | None = None) -> dict[str, Any]:
+                seq_len_dist: str | None = None, engine: dict[str, Any] | None = None,
+                study_batch_limit: bool = True) -> dict[str, Any]:
     spec = MODELS[model]
     wl = dict(workload)
     dist = seq_len_dist or spec.get("seq_len_dist")
@@ -140,7 +160,7 @@ def make_config(model: str, policy: dict[str, Any], workload: dict[str, Any], *,
         wl["seq_len_dist"] = dist
     return {
         "model": {"name": model, "device": device, "stages": stages or spec["stages"]},
-        "policy": {"max_batch_size": BS_MAX, **policy},
+        "policy": {"max_batch_size": BS_MAX, **policy} if study_batch_limit else dict(policy),
         "workload": wl,
         "qos": {"target_ms": qos_ms},
         "engine": {"buffer_pairs": buffer_pairs, "progress": False, **(engine or {})},
@@ -297,7 +317,8 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
             peak: str = "stepping"):
     """Tune DelayBatch, find its peak, then run every variant at low / medium / high load.
 
-    ``policies``: the variant labels to run (default: all of :data:`VARIANTS`; ``dva+input`` runs only on token
+    ``policies``: the variant labels to run (default: all of :data:`VARIANTS`, the DVABatch study; the peer
+    systems of :data:`PEER_VARIANTS` run when named; ``dva+input`` runs only on token
     models). Returns ``(results, calibration)``: one row per (model, load, variant) with ``policy`` = the variant's
     label, and one row per model with the tuned window and the peak throughputs (DVABatch's only when
     ``dvabatch`` is run). Results do not depend on ``workers``: every run is seeded and rows keep job order.
@@ -307,7 +328,7 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
     "capacity"`` finds every peak (the window tuning's too) with :func:`peak_by_capacity` instead of the paper's
     stepping load and bisection."""
     models = list(models)
-    labels = list(VARIANT_BY_LABEL) if policies is None else list(policies)
+    labels = list(DEFAULT_LABELS) if policies is None else list(policies)
     per_model = {m: variants_for(m, labels, device) for m in models}
     want_dva_peak = "dvabatch" in labels
     total = sum(1 + 1 + int(want_dva_peak) + 3 * len(per_model[m]) for m in models)

@@ -162,3 +162,31 @@ def test_palette_keys_every_variant_paper_policies_first():
     assert len(set(PALETTE.values())) == len(PALETTE)
     cols = policy_colours(["dvabatch", "other", "zerobatch"])
     assert list(cols) == ["zerobatch", "dvabatch", "other"] and cols["dvabatch"] == PALETTE["dvabatch"]
+
+
+def test_peer_variants_keep_their_papers_defaults_and_are_not_run_unless_named():
+    assert study.DEFAULT_LABELS == tuple(v.label for v in study.VARIANTS)
+    assert not set(study.DEFAULT_LABELS) & {v.label for v in study.PEER_VARIANTS}
+    assert [v.label for v in study.variants_for("linknet")] == [x for x in study.DEFAULT_LABELS if x != "dva+input"]
+    # the study's batch limit (64) is not imposed: TF-Serving keeps E2bird's 32, Serial its 1
+    assert study.variant_config("serial", "linknet", 3.5, WL)["policy"] == {"name": "serial"}
+    rows = {label: study._run_job(("linknet", label, 3.5, "high", 2000.0, 400, 1, {"device": "titanrtx"}))
+            for label in ("serial", "tfserving-nowait", "graphbatch")}
+    assert rows["serial"]["mean_exit_batch_size"] == 1.0 and rows["serial"]["policy_name"] == "serial"
+    for r in rows.values():
+        assert r["n_completed"] == r["n_queries"] == 400
+    # under an overload every queued request leaves in one batch of up to 32 (NO_Wait), against Serial's 1
+    assert 1.0 < rows["tfserving-nowait"]["mean_exit_batch_size"] <= 32.0
+    assert rows["serial"]["mean_latency_ms"] > rows["tfserving-nowait"]["mean_latency_ms"]
+
+
+def test_compare_accepts_the_peer_names(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "c"
+    p = subprocess.run([sys.executable, "-m", "dvasim", "compare", "--models", "linknet", "--policies",
+                        "serial,tfserving-nowait,nonesuch", "--out", str(out)], capture_output=True, text=True)
+    assert p.returncode == 2 and "'nonesuch'" in p.stderr
+    assert all(v.label in p.stderr for v in study.PEER_VARIANTS)  # the allowed list names the peers
+    assert not out.exists()
