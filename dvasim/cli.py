@@ -1,6 +1,7 @@
 """The ``dvasim`` command line.
 
     dvasim run CONFIG.toml --out DIR [--set section.key=value ...]
+    dvasim policies [NAME]                               every policy a config can name, with its parameters
     dvasim compare [--models ...] [--policies ...] [--queries N] [--workers W] [--out DIR]
     dvasim profile --model NAME --stages N --device cpu|cuda --batch-sizes 1,2,4 --out FILE.csv   (needs torch)
     dvasim replay CONFIG.toml --out DIR [--loadgen]       real torch execution of the config (needs torch)
@@ -23,6 +24,33 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+def cmd_policies(args) -> int:
+    """``dvasim policies [NAME]``: the registered policies, their aliases and parameters (help and default)."""
+    import json
+    import textwrap
+
+    from dvasim.errors import ConfigError
+    from dvasim.policies.base import canonical_name, policy_names, policy_reference
+
+    if args.name is not None and canonical_name(args.name) not in policy_names():
+        raise ConfigError("policy", f"unknown policy {args.name!r}; allowed: {', '.join(policy_names())}")
+    names = policy_names() if args.name is None else [canonical_name(args.name)]
+    refs = [policy_reference(n) for n in names]
+    if args.json:
+        print(json.dumps(refs, indent=1, default=str))
+        return 0
+    for ref in refs:
+        alias = f" (also: {', '.join(ref['aliases'])})" if ref["aliases"] else ""
+        print(f"{ref['name']}{alias}")
+        summary = ref["summary"] if args.name is not None else ref["summary"].split(". ")[0].rstrip(".") + "."
+        print(textwrap.fill(summary, 116, initial_indent="    ", subsequent_indent="    "))
+        for key, p in ref["params"].items():
+            default = "" if p["default"] is None else f" [{p['default']}]"
+            print(textwrap.fill(f"{key}{default}: {p['help']}", 116, initial_indent="      ",
+                                subsequent_indent="        "))
+    return 0
 
 
 def print_summary(summary: dict, file=sys.stdout) -> None:
@@ -191,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dask", metavar="tcp://HOST:PORT", default=None, help="run on this Dask scheduler instead")
     p.add_argument("--no-figure", action="store_true", help="skip latency_vs_load.png")
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("policies", help="every batching policy a config can name, with its parameters")
+    p.add_argument("name", nargs="?", default=None, help="one policy (or alias): its whole reference")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(func=cmd_policies)
     sub.add_parser("compare", help="ZeroBatch / DelayBatch / DVABatch on the six models (paper Figs 14, 16), "
                                    "with Triton x2 and DVABatch ablations")
     sub.add_parser("fit", help="fit the simulator's engine to replay folders: dvasim fit DIR... --out engine.toml")

@@ -37,10 +37,15 @@ class New:
 
     Returned by :meth:`Policy.admit`, it creates a batch that enters the first stage. Returned by
     :meth:`Policy.at_boundary` with exactly the finished batch's queries, it re-creates that batch as a new row
-    (a new id, created now, the latest batch) that continues from the next stage (paper Figure 12, line 16)."""
+    (a new id, created now, the latest batch) that continues from the next stage (paper Figure 12, line 16).
+
+    ``lane`` (front door only; default ``None``: the pipeline picks an instance) sends the batch to that model
+    instance (``[engine] instances``), which must hold no batch: a policy that dispatches to its own workers
+    (E2bird's multi-granularity engine, :mod:`dvasim.policies.e2bird`) names the worker."""
 
     queries: list
     splittable: bool = False
+    lane: int | None = None
 
 
 @dataclass
@@ -100,14 +105,21 @@ class PipelineView(Protocol):
 
     def free_instances(self) -> int: ...
 
+    def free_lane_indices(self) -> list[int]: ...  # the instances that hold no batch, by index
+
 
 # ----------------------------------------------------------------------------- base class and registry
 _REGISTRY: dict[str, type[Policy]] = {}
 
 
+_ALIASES: dict[str, str] = {}  # alias -> name
+
+
 def register(cls: type[Policy]) -> type[Policy]:
-    """Class decorator: make a policy available by its ``name``."""
+    """Class decorator: make a policy available by its ``name`` (and by each of its ``aliases``)."""
     _REGISTRY[cls.name] = cls
+    for alias in cls.aliases:
+        _ALIASES[alias] = cls.name
     return cls
 
 
@@ -115,10 +127,36 @@ def policy_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def canonical_name(name: str) -> str:
+    """The registered name of ``name`` (itself, or the policy it is an alias of)."""
+    return _ALIASES.get(name, name)
+
+
+def policy_reference(name: str) -> dict[str, Any]:
+    """What a user needs to configure policy ``name``: its summary (the docstring's first paragraph), aliases,
+    and each parameter with its help and default (``None``: derived at run time, see the help)."""
+    import inspect
+
+    import dvasim.policies  # noqa: F401  (registers the built-in policies)
+
+    cls = _REGISTRY[canonical_name(name)]
+    sig = inspect.signature(cls.__init__)
+    params = {}
+    for key, help_ in cls.params.items():
+        p = sig.parameters.get(key)
+        default = None if p is None or p.default is inspect.Parameter.empty else p.default
+        params[key] = {"help": help_, "default": default}
+    own = next((c for c in cls.__mro__ if c.__dict__.get("__doc__") and c.__dict__.get("name")), cls)
+    doc = inspect.cleandoc(own.__doc__ or "")
+    return {"name": cls.name, "aliases": list(cls.aliases), "summary": " ".join(doc.split("\n\n")[0].split()),
+            "params": params}
+
+
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
     """Instantiate the policy registered as ``name`` with ``params`` (checked against its declared parameters)."""
     import dvasim.policies  # noqa: F401  (registers the built-in policies)
 
+    name = canonical_name(name)
     if name not in _REGISTRY:
         raise ConfigError("policy.name", f"unknown policy {name!r}; allowed: {', '.join(policy_names())}")
     cls = _REGISTRY[name]
@@ -136,6 +174,7 @@ class Policy(ABC):
     """Base class. Subclasses set ``name``, ``params`` (name -> help) and implement :meth:`admit`."""
 
     name: ClassVar[str] = "base"
+    aliases: ClassVar[tuple[str, ...]] = ()  # other names it answers to in a config
     params: ClassVar[dict[str, str]] = {}
 
     def __init__(self) -> None:

@@ -116,6 +116,14 @@ def padding_waste(profile, lengths, batch_size: int) -> float:
 
 @register
 class DVABatch(Policy):
+    """DVABatch (Cui et al., ATC'22, §7): multi-entry multi-exit batching on a sliced model. Policy I (input
+    diversity) clusters pending queries by length, Policy II (operator diversity) splits a batch where its
+    remaining stages prefer smaller batches, Policy III (load diversity) stretches the latest batch with new
+    queries; which apply is identified from the table unless ``policies`` says; ``stretch``, ``split`` and
+    ``pipeline`` switch the mechanisms on or off one by one (the characterization study's Table 5 strategies).
+
+    The rest of this docstring is the mechanism's: see the module docstring."""
+
     name = "dvabatch"
     params = {
         "max_batch_size": "bs_max: the largest batch, and the most queries active in the pipeline (Policy I)",
