@@ -247,6 +247,26 @@ def test_peer_policies_are_safe_and_live(name, n_stages, n_pairs, max_bs, delay,
     assert len(pipe.table) == 0 and not any(pipe.queues)
 
 
+def test_static_padding_is_charged_by_a_host_models_gpu_table_too(tmp_path):
+    """The padded size reaches every cost the engine charges: a host model's own GPU table included."""
+    from dvasim.calibration.table import LatencyTable
+    from dvasim.sim.host import HostModel
+
+    table = LatencyTable.load(write_table(tmp_path / "table.csv", top=8))
+    gpu = LatencyTable.load(write_table(tmp_path / "gpu.csv", fn=lambda s, b: 1 + b / 8, top=8))
+    host = HostModel(n_stages=1, gpu_table=gpu)
+    for name, cap in (("tfserving-static", 8), ("tfserving-optwait", None)):
+        pipe = Pipeline(table, make_policy(name, {"max_batch_size": 8, "max_queue_delay_ms": 1.0}))
+        execs = []
+        pipe.on_begin.append(execs.append)
+        simulate(pipe, [0.0, 0.1, 5.0], [1, 1, 1])
+        assert execs and all(ex.batch_size < 8 for ex in execs)
+        for ex in execs:
+            b = cap or ex.batch_size
+            assert ex.charged_batch_size == b
+            assert host.gpu(ex) == (gpu.latency(ex.stage, b), gpu.demand(ex.stage, b))
+
+
 # ----------------------------------------------------------------------------- parameters
 @pytest.mark.parametrize(
     "name,params,field",
@@ -304,3 +324,10 @@ def test_replay_runs_each_peer_policy(name):
     assert r.summary["n_completed"] == 24
     assert r.queries["exit_batch_size"].max() <= (1 if name == "serial" else 4)
     assert_outputs_match(r)
+    # Static really runs the dummy rows: every stage execution computes 4 rows, whatever its real size; the
+    # others run exactly their batch
+    ex = pd.DataFrame(r.extra["replay"].executions)
+    want = 4 if name == "tfserving-static" else ex["batch_size"]
+    assert (ex["rows_run"] == want).all()
+    if name == "tfserving-static":
+        assert (ex["batch_size"] < 4).any()  # the check above saw real padding

@@ -75,10 +75,16 @@ class Execution:
     end: float = math.nan
     lane: int = 0
     info: dict = field(default_factory=dict)
+    padded_size: int = 0  # the rows it runs when a policy pads batches with dummy rows (0: no padding)
 
     @property
     def batch_size(self) -> int:
         return self.item.num
+
+    @property
+    def charged_batch_size(self) -> int:
+        """The batch size it costs: its own, or the padded size of a padding policy (``tfserving-static``)."""
+        return self.padded_size or self.item.num
 
     @property
     def slot(self) -> int:
@@ -115,6 +121,8 @@ class Pipeline:
         # None for the last of its chain (which gives the held pair back)
         self._serial_next: dict[int, tuple[int, BatchItem] | None] = {}
         self._cost: dict[tuple, tuple[float, float]] = {}
+        # a policy that pads every batch with dummy rows to a fixed size (tfserving-static) is charged that size
+        self._pad_to = int(getattr(policy, "pad_to_batch_size", 0) or 0)
         self.on_begin: list[Callable[[Execution], None]] = []
         self.on_finish: list[Callable[[Execution], None]] = []
         self._now = 0.0
@@ -372,10 +380,12 @@ class Pipeline:
         cost = self._cost.get(key)
         if cost is None:  # the table's time and the device demand of this stage, batch size and length
             # a policy that pads every batch with dummy rows (pad_to_batch_size) is charged the padded size
-            b = max(item.num, getattr(self.policy, "pad_to_batch_size", 0) or 0)
+            b = max(item.num, self._pad_to)
             cost = self._cost[key] = (self.profile.latency(stage, b, seq_len),
                                       self.profile.demand(stage, b, seq_len))
         ex = Execution(stage, item, batch, queries, seq_len, cost[0], cost[1], start=now, lane=lane.index)
+        if self._pad_to > item.num:
+            ex.padded_size = self._pad_to
         for q in queries:
             q.stage_start[stage] = now
         self.running[id(ex)] = ex

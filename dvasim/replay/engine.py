@@ -594,9 +594,17 @@ class ReplayEngine:
     def _compute(self, ex: Execution) -> None:
         lane, s, j, rows = ex.lane, ex.stage, ex.slot, ex.rows
         L = self.bucket(ex.seq_len)
+        samples = [self._sample[q.qid] for q in ex.queries] if s == 0 else None
+        if ex.padded_size > len(rows) and rows.start + ex.padded_size <= self.buffers.max_rows:
+            # a padding policy (tfserving-static): the dummy rows (copies of the first input) run too; their
+            # outputs sit in rows no query reads
+            if samples is not None:
+                samples += samples[:1] * (ex.padded_size - len(rows))
+            rows = range(rows.start, rows.start + ex.padded_size)
+        ex.info["rows_run"] = len(rows)
         t = time.perf_counter()
         if s == 0:
-            x = self.inputs.gather([self._sample[q.qid] for q in ex.queries], L)
+            x = self.inputs.gather(samples, L)
             self.buffers.write(lane, 0, j, rows, x, L)
         carry = self.buffers.read(lane, s, j, rows, L)
         t_in = time.perf_counter()
@@ -617,6 +625,7 @@ class ReplayEngine:
             "table_ms": ex.standalone_ms, "start_ms": ex.start, "begin_ms": t_begin, "end_ms": t_end,
             "finish_ms": finish, "handoff_ms": t_begin - ex.start, "bookkeeping_ms": finish - t_end,
             "compute_ms": t_end - t_begin, "copy_ms": ex.info.get("copy_ms", math.nan),
+            "rows_run": ex.info.get("rows_run", ex.batch_size),
             "query_ids": [q.qid for q in ex.queries],
         }
 

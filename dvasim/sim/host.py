@@ -176,8 +176,8 @@ class HostModel:
         if self.gpu_table is None:
             return ex.standalone_ms, ex.demand
         L = ex.seq_len if self.gpu_table.seq_lens is not None else None
-        return (self.gpu_table.latency(ex.stage, ex.batch_size, L),
-                self.gpu_table.demand(ex.stage, ex.batch_size, L))
+        b = ex.charged_batch_size  # dummy rows of a padding policy run on the GPU too
+        return self.gpu_table.latency(ex.stage, b, L), self.gpu_table.demand(ex.stage, b, L)
 
     @property
     def locks_launch(self) -> bool:
