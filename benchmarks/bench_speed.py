@@ -65,6 +65,75 @@ def bare_simpy_loop(n: int, seed: int = 7) -> float:
     return wall
 
 
+def pipeline_floor_loop(n: int, stages: int = 4, seed: int = 7) -> float:
+    """Wall seconds of the least a SimPy model of a ``stages``-stage pipeline serving batches of one does: the
+    arrivals process and one server process per stage, each getting a query from its ``Store``, holding it for
+    an exponential time (0.9 load per stage) and putting it into the next stage's store. No batching, no policy,
+    no device model: a ceiling for any SimPy model that keeps an event per stage execution (DVABatch near
+    saturation runs batches of about one query through 4 stages)."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0, n).tolist()
+    service = rng.exponential(0.9, (stages, n)).tolist()
+    env = simpy.Environment()
+    stores = [simpy.Store(env) for _ in range(stages + 1)]
+    done = [0]
+
+    def arrivals():
+        for k in range(n):
+            yield env.timeout(gaps[k])
+            yield stores[0].put(k)
+
+    def server(s: int):
+        src, dst, times = stores[s], stores[s + 1], service[s]
+        while True:
+            k = yield src.get()
+            yield env.timeout(times[k])
+            if s == stages - 1:
+                done[0] += 1
+            else:
+                yield dst.put(k)
+
+    env.process(arrivals())
+    for s in range(stages):
+        env.process(server(s))
+    t0 = time.perf_counter()
+    env.run()
+    wall = time.perf_counter() - t0
+    assert done[0] == n
+    return wall
+
+
+def timeout_chain_floor(n: int, stages: int = 4, seed: int = 7) -> float:
+    """Wall seconds of the absolute least: per query an arrival timeout and then one timeout per stage, chained
+    by callbacks (no queue, no server, no batching, no records): 5 SimPy events a query for 4 stages."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0, n).tolist()
+    service = rng.exponential(0.9, (stages, n)).tolist()
+    env = simpy.Environment()
+    done = [0]
+
+    def chain(k: int, s: int) -> None:
+        def next_stage(_event) -> None:
+            if s == stages - 1:
+                done[0] += 1
+            else:
+                chain(k, s + 1)
+
+        env.timeout(service[s][k]).callbacks.append(next_stage)
+
+    def arrivals():
+        for k in range(n):
+            yield env.timeout(gaps[k])
+            chain(k, 0)
+
+    env.process(arrivals())
+    t0 = time.perf_counter()
+    env.run()
+    wall = time.perf_counter() - t0
+    assert done[0] == n
+    return wall
+
+
 LOADS = ("issue", "sat")
 
 
@@ -109,6 +178,16 @@ def main() -> None:
     rows = [{"what": "bare SimPy loop (arrivals, Store, one server)", "queries_per_s": n / bare, "ratio": 1.0}]
     print(f"{n:,} queries, median of {args.repeats}; python {platform.python_version()}, simpy {simpy.__version__}")
     print(f"{'bare SimPy loop':>28}: {n / bare:9,.0f} q/s   1.00x")
+    floor = statistics.median(pipeline_floor_loop(n) for _ in range(args.repeats))
+    rows.append({"what": "SimPy 4-stage pipeline floor (a process per stage, batches of one, no logic)",
+                 "queries_per_s": n / floor, "ratio": floor / bare})
+    print(f"{'SimPy 4-stage floor':>28}: {n / floor:9,.0f} q/s  {floor / bare:5.2f}x slower   "
+          "(a process and a Store per stage, batches of one, no policy)")
+    chain = statistics.median(timeout_chain_floor(n) for _ in range(args.repeats))
+    rows.append({"what": "SimPy timeout chain (an arrival and 4 stage timeouts a query, callbacks, nothing else)",
+                 "queries_per_s": n / chain, "ratio": chain / bare})
+    print(f"{'SimPy 4-timeout chain':>28}: {n / chain:9,.0f} q/s  {chain / bare:5.2f}x slower   "
+          "(5 events a query, no queue, no logic: the least any per-stage SimPy model does)")
     for load, policy in [(ld, p) for ld in args.loads.split(",") for p in args.policies.split(",")]:
         cfg = bert_config(policy, n, load)
         walls, summary = [], None
