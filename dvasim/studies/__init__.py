@@ -1,0 +1,1 @@
+"""Helpers of the published studies reproduced in ``experiments/`` (see each module)."""
