@@ -73,6 +73,9 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     cfg = cfgmod.resolve(config, overrides, engine=engine)
     profile = load_profile(cfg["model"])
     host = host_from_config(cfg["engine"].get("host"), profile.n_stages, cfg["base_dir"])
+    from dvasim.sim.transfer import transfer_from_config
+
+    transfer = transfer_from_config(cfg["engine"].get("transfer"))
     params = {k: v for k, v in cfg["policy"].items() if k != "name"}
     policy = make_policy(cfg["policy"]["name"], params)
     workload = workload_from_config(
@@ -101,11 +104,12 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         service_cv=eng["service_cv"], seed=int(cfg["workload"].get("seed", 0)),
         progress=eng["progress"] if progress is None else progress,
         closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True, host=host,
+        transfer=transfer,
     )
     summary = store.summary(cfg["qos"]["target_ms"])
     n = summary["n_queries"]
     summary.update(
-        policy=policy.name, model=profile.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=eng["instances"],
+        policy=policy.name, model=profile.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=pipeline.instances,
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
         sim_wall_s=res.wall_s, sim_queries_per_wall_s=n / res.wall_s if res.wall_s > 0 else float("nan"),
         **meta_op_counts(res.pipeline.table),

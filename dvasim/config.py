@@ -62,6 +62,8 @@ ENGINE_KEYS = {
     "progress": "show a progress bar",
     "host": "[engine.host]: the host of a GPU run (launch costs, launching cores, interpreter lock); "
             "see dvasim.sim.host",
+    "transfer": "[engine.transfer]: host-to-GPU input copies (mode = \"none\" | \"pool\" | \"on_launch\", "
+                "input_bytes, input_bytes_per_token, bandwidth_gbps); see dvasim.sim.transfer",
 }
 QOS_KEYS = {"target_ms": "latency target for the QoS violation rate",
             "warmup_fraction": "share of the first queries (by arrival) left out of the stability verdict, in [0, 1)"}
@@ -172,11 +174,11 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[st
             raw[section] = value
             continue
         table = raw.setdefault(section, {})
-        if section == "engine" and key.startswith("host."):  # a key of the [engine.host] sub-table
-            table = table.setdefault("host", {})
+        if section == "engine" and key.startswith(("host.", "transfer.")):  # a key of [engine.host] / [.transfer]
+            sub, key = key.split(".", 1)
+            table = table.setdefault(sub, {})
             if not isinstance(table, dict):
-                raise ConfigError("engine.host", "must be a table of keys ([engine.host]), see dvasim.sim.host")
-            key = key.split(".", 1)[1]
+                raise ConfigError(f"engine.{sub}", f"must be a table of keys ([engine.{sub}]), see dvasim.sim.{sub}")
         if value is UNSET:
             table.pop(key, None)
         else:
@@ -238,6 +240,10 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     _number(eng, "engine", "service_cv", minimum=0.0)
     if "host" in eng and not isinstance(eng["host"], dict):
         raise ConfigError("engine.host", "must be a table of keys ([engine.host]), see dvasim.sim.host")
+    if "transfer" in eng:
+        from dvasim.sim.transfer import transfer_from_config
+
+        transfer_from_config(eng["transfer"])  # checked here: one line naming the key
     if not isinstance(eng["progress"], bool):
         raise ConfigError("engine.progress", f"must be true or false, got {eng['progress']!r}")
     _number(cfg["qos"], "qos", "target_ms", minimum=0.0, strict=True)

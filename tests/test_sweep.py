@@ -188,3 +188,27 @@ max_queries = 4000
     ran = []
     sweep(path, tmp_path / "out", workers=1, progress=False, figure=False, on_result=lambda p, s: ran.append(p))
     assert len(ran) == 2
+
+
+PEERS = """
+[grid]
+"policy" = [{name = "serial"}, {name = "graphbatch", max_batch_size = 16}, {name = "lazybatch", max_batch_size = 16},
+            {name = "tfserving-nowait", max_batch_size = 16}, {name = "tfserving-optwait", max_batch_size = 16},
+            {name = "tfserving-static", max_batch_size = 16}, {name = "n-ebird", workers = [1, 2, 4, 8]},
+            {name = "e-ebird"}]
+"""
+
+
+def test_a_sweep_runs_every_peer_systems_policy_by_name(tmp_path):
+    """issue 14: the papers' peer systems are names a sweep (like any config) accepts; each row is that policy's
+    own run, every query completed."""
+    table = sweep(write(tmp_path, PEERS), tmp_path / "out", workers=1, progress=False, figure=False)
+    want = ["serial", "graphbatch", "lazybatch", "tfserving-nowait", "tfserving-optwait", "tfserving-static",
+            "n-ebird", "e-ebird"]
+    assert list(table["policy"]) == want
+    assert (table["n_completed"] == 300).all()
+    by = table.set_index("policy")
+    assert by.loc["serial", "mean_exit_batch_size"] == 1.0
+    # an overload policy check: NO_Wait batches under this load, Serial does not; Static pays for padding
+    assert by.loc["tfserving-nowait", "mean_exit_batch_size"] > 1.0
+    assert by.loc["tfserving-static", "mean_latency_ms"] > by.loc["tfserving-optwait", "mean_latency_ms"]

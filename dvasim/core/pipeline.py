@@ -100,6 +100,19 @@ class Pipeline:
                  instances: int = 1, qos_target_ms: float | None = None, input_lengths=None):
         if instances < 1:
             raise ValueError("instances must be >= 1")
+        # a policy that brings its own workers (E2bird's multi-granularity engine) says how many instances it
+        # needs: ``instances_needed(profile, qos_target_ms, input_lengths)``; with [engine] instances left at 1
+        # the pipeline takes that many
+        needed = getattr(policy, "instances_needed", None)
+        if callable(needed):
+            want = int(needed(profile, qos_target_ms, input_lengths))
+            if instances not in (1, want):
+                from dvasim.errors import ConfigError
+
+                raise ConfigError("engine.instances", f"policy {policy.name!r} runs {want} workers (one instance "
+                                                      f"each); leave engine.instances at 1 or set it to {want}, "
+                                                      f"got {instances}")
+            instances = want
         self.profile = profile
         self.qos_target_ms = qos_target_ms
         self.input_lengths = input_lengths
@@ -146,6 +159,10 @@ class Pipeline:
     def free_instances(self) -> int:
         """Instances that hold no batch at all (what Triton's batcher waits for)."""
         return self._free_lanes
+
+    def free_lane_indices(self) -> list[int]:
+        """The indices of the instances that hold no batch (a worker that is idle), in index order."""
+        return [lane.index for lane in self.lanes if lane.batches == 0]
 
     def _add_batches(self, lane: Lane, n: int) -> None:
         """``n`` more (or fewer) batches live in ``lane``; keeps the count of free instances."""
@@ -343,7 +360,15 @@ class Pipeline:
 
     def _apply_front(self, op, now: float) -> None:
         if isinstance(op, New):
-            lane = self._pick_lane()
+            if op.lane is None:
+                lane = self._pick_lane()
+            else:
+                if not (isinstance(op.lane, int) and 0 <= op.lane < len(self.lanes)):
+                    raise PolicyError(f"{self.policy.name}: new batch for instance {op.lane!r}; the pipeline has "
+                                      f"{len(self.lanes)}")
+                lane = self.lanes[op.lane]
+                if lane.batches:
+                    raise PolicyError(f"{self.policy.name}: new batch for instance {op.lane}, which is busy")
             item = self.table.new(list(op.queries), now, splittable=op.splittable)
             self.table[item.bid].lane = lane.index
             self._add_batches(lane, 1)

@@ -753,6 +753,11 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
         raise ConfigError("device", f"must be cpu or cuda, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", "cuda is not available on this machine; use --device cpu")
+    tr = cfg["engine"].get("transfer")
+    if isinstance(tr, dict) and tr.get("mode", "none") != "none":
+        raise ConfigError("engine.transfer.mode", "the replay does not model input copies (the memory pool or "
+                                                  "copies on launch): its inputs are already where the stages run; "
+                                                  'remove [engine.transfer] or set mode = "none"')
     resolved = resolve_model(cfg["model"])
     if table is not None:
         import dataclasses

@@ -78,6 +78,7 @@ def simulate(
     watchdog_events: int = 1_000_000,
     records: RecordStore | None = None,
     keep_queries: bool = True,
+    transfer=None,
 ) -> SimResult:
     """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
 
@@ -109,7 +110,12 @@ def simulate(
     Every query's record goes to ``records`` (a :class:`~dvasim.records.RecordStore`, in memory or streaming to
     Parquet; a new in-memory one if not given) as it leaves, and at the end for those that did not. Queries are
     made as they reach the pipeline and dropped when they leave, unless ``keep_queries`` (then the result's
-    ``queries`` holds them all): memory stays bounded by what is in flight."""
+    ``queries`` holds them all): memory stays bounded by what is in flight.
+
+    ``transfer`` (a :class:`dvasim.sim.transfer.Transfer`, ``[engine.transfer]``) models the inputs' host-to-GPU
+    copies: ``"pool"`` (E2bird's memory pool) makes the front door see a query only when its copy, one at a time
+    in arrival order, is done; ``"on_launch"`` (TF-Serving) copies a batch's inputs before its first stage
+    computes (see :mod:`dvasim.sim.transfer`). ``None``: no transfer modelled."""
     t0 = time.perf_counter()
     env = simpy.Environment()
     device = Device(env, sharing, corun_slowdown, cores)
@@ -168,6 +174,21 @@ def simulate(
     else:
         def front_door_times(times: np.ndarray, carry: bool = False) -> np.ndarray:
             return times + admission_delay_ms
+    pool = on_launch = None
+    if transfer is not None and transfer.mode != "none":
+        from dvasim.sim.transfer import PoolLink
+
+        link = PoolLink()  # one host-to-device link: copies one at a time
+        if transfer.mode == "pool":
+            def pool(first: int, seen: np.ndarray) -> np.ndarray:
+                # queries first.. reach the front door at ``seen``: visible when their copies are done
+                return np.array([link.visible(t, transfer.query_ms(int(lens[first + i])))
+                                 for i, t in enumerate(seen.tolist())])
+        else:
+            def on_launch(ex) -> float:
+                # the batch's copy (a padding policy's dummy rows too), queued on the link: the time until done
+                now = env.now
+                return link.visible(now, transfer.batch_ms(ex.charged_batch_size, ex.seq_len)) - now
     if closed_clients is not None:
         if closed_clients < 1:
             raise ValueError("closed_clients must be >= 1")
@@ -240,7 +261,7 @@ def simulate(
         poke()
 
     # ---------------------------------------------------------------- open loop
-    groups = _groups(arrivals, front_door_times)
+    groups = _groups(arrivals, front_door_times, after=pool)
 
     def next_arrivals(_ev=None) -> None:
         """Queries seen at the same time reach the front door together, before it decides; then the next group
@@ -272,7 +293,10 @@ def simulate(
             if created[0] < n_total:
                 sent.append(make_query(created[0], env.now))
         if sent:
-            delay = float(front_door_times(np.full(len(sent), env.now)).max()) - env.now
+            door = front_door_times(np.full(len(sent), env.now))
+            if pool is not None:
+                door = np.array([link.visible(t, transfer.query_ms(q.seq_len)) for t, q in zip(door.tolist(), sent)])
+            delay = float(door.max()) - env.now
             if delay > 0:
                 yield env.timeout(delay)
         for q in sent:
@@ -304,7 +328,13 @@ def simulate(
 
             def start(_ev=None) -> None:
                 ex = mailbox[k]
-                if launch_overhead_ms > 0 and not on_device:
+                if on_launch is not None and ex.stage == 0:  # the batch's input copy, then the launch
+                    pre = on_launch(ex) + (launch_overhead_ms if not on_device else 0.0)
+                    if pre > 0:
+                        env.timeout(pre).callbacks.append(lambda _e: run_on_device(ex))
+                    else:
+                        run_on_device(ex)
+                elif launch_overhead_ms > 0 and not on_device:
                     env.timeout(launch_overhead_ms).callbacks.append(lambda _e: run_on_device(ex))
                 else:
                     run_on_device(ex)
@@ -334,8 +364,12 @@ def simulate(
 
         def host_launch(ex):
             # hand-off and Python-level copies (holding the lock), then the launch on a core while the GPU works
+            if on_launch is not None and ex.stage == 0:  # first the batch's input copy ([engine.transfer])
+                copy = on_launch(ex)
+                if copy > 0:
+                    yield env.timeout(copy)
             f = jitter() if jitter is not None else 1.0
-            b = ex.batch_size
+            b = ex.charged_batch_size  # a padding policy's dummy rows are copied and launched too
             locked = host.locked(ex.stage, b) * f + launch_overhead_ms
             if locked > 0:
                 yield interpreter_lock.run(locked)
@@ -400,15 +434,18 @@ def simulate(
     return SimResult(kept, pipeline, env.now, time.perf_counter() - t0, device.busy_time, stuck, records)
 
 
-def _groups(arrivals, front_door_times, block: int = 1 << 16):
+def _groups(arrivals, front_door_times, block: int = 1 << 16, after=None):
     """``(t, first, arrivals)`` for each run of queries the front door sees at the same time ``t``, in order:
     the id of the first and the arrival times of all; the times are computed from ``arrivals`` a block at a time
-    (memory stays small whatever the run's length)."""
+    (memory stays small whatever the run's length). ``after(first, times)``: the times the front door really
+    sees queries ``first..`` that reach it at ``times`` (the memory pool's copies)."""
     n = len(arrivals)
     t_run, first, run = None, 0, []
     for b in range(0, n, block):
-        for j, (t, a) in enumerate(zip(front_door_times(arrivals[b:b + block], carry=True).tolist(),
-                                       arrivals[b:b + block].tolist()), start=b):
+        seen = front_door_times(arrivals[b:b + block], carry=True)
+        if after is not None:
+            seen = after(b, seen)
+        for j, (t, a) in enumerate(zip(seen.tolist(), arrivals[b:b + block].tolist()), start=b):
             if t != t_run:
                 if run:
                     yield t_run, first, run

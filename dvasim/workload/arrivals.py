@@ -148,3 +148,41 @@ def stepping_arrivals(
         _check_seed(seed)
         gaps = mean_gaps
     return _check_start(start_ms) + np.cumsum(gaps), rates
+
+
+def phases_rates(phases) -> np.ndarray:
+    """The offered rate (QPS) of every query of a ``phases`` load: ``phases`` is a list of ``{n, rate_qps}``
+    tables (``n`` queries at ``rate_qps``, one phase after the other)."""
+    if isinstance(phases, (str, bytes, dict)) or not isinstance(phases, (list, tuple)) or not phases:
+        raise ConfigError("workload.phases", 'must be a non-empty list of {n = ..., rate_qps = ...} tables, e.g. '
+                                             '[{n = 150, rate_qps = 50}, {n = 250, rate_qps = 300}]')
+    rates = []
+    for i, ph in enumerate(phases):
+        if not isinstance(ph, dict) or set(ph) != {"n", "rate_qps"}:
+            raise ConfigError(f"workload.phases[{i}]", f"must be a table with exactly the keys n and rate_qps, "
+                                                       f"got {ph!r}")
+        n = _check_count(f"phases[{i}].n", ph["n"])
+        rate = _check_rate(f"phases[{i}].rate_qps", ph["rate_qps"])
+        rates.append(np.full(n, rate))
+    out = np.concatenate(rates)
+    _check_count("n_queries", int(out.size))
+    return out
+
+
+def phases_arrivals(phases, seed: int = 0, poisson: bool = True, start_ms: float = 0.0
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(arrival times in ms, offered rate in QPS per query) of a load in phases (E2bird's diurnal pattern, §8.2:
+    ``[{n = 150, rate_qps = low}, {n = 250, rate_qps = high}]``). The gap *before* query ``i`` uses query ``i``'s
+    phase rate, exponential (``poisson``, ``Generator(PCG64(seed))``) or constant ``1000 / rate``, as in
+    :func:`stepping_arrivals`; the first query arrives one gap after ``start_ms``."""
+    rates = phases_rates(phases)
+    if not isinstance(poisson, bool | np.bool_):
+        raise ConfigError("workload.poisson", f"must be true or false, got {poisson!r}")
+    mean_gaps = 1000.0 / rates
+    if poisson:
+        rng = np.random.Generator(np.random.PCG64(_check_seed(seed)))
+        gaps = rng.exponential(1.0, size=len(rates)) * mean_gaps
+    else:
+        _check_seed(seed)
+        gaps = mean_gaps
+    return _check_start(start_ms) + np.cumsum(gaps), rates

@@ -3,7 +3,7 @@
 ``[workload]`` keys (``kind`` is required):
 
 =============  ===========================================================================================
-kind           ``"poisson"`` | ``"gamma"`` | ``"uniform"`` | ``"explicit"`` | ``"closed"`` | ``"stepping"`` | ``"trace"``
+kind           ``"poisson"`` | ``"gamma"`` | ``"uniform"`` | ``"explicit"`` | ``"closed"`` | ``"stepping"`` | ``"phases"`` | ``"trace"``
 poisson        ``rate_qps`` (> 0), ``n_queries`` (int > 0), ``seed`` (int >= 0, default 0), ``start_ms`` (>= 0, default 0)
 gamma          as poisson, plus ``cv`` (> 0): i.i.d. Gamma gaps with mean ``1000 / rate_qps`` ms and coefficient of
                variation ``cv`` (``cv = 1`` is poisson, < 1 smoother, > 1 burstier); see ``gamma_arrivals``
@@ -12,6 +12,9 @@ explicit       ``arrivals_ms`` (list of numbers >= 0, any order: sorted with a s
                also applied to ``seq_lens``), optional ``seq_lens`` (list of ints >= 1, same length), ``seed``
 closed         ``clients`` (int > 0, default 1), ``n_queries``, ``think_ms`` (>= 0, default 0), ``seed``: a closed
                loop; each client sends its next query when the previous one is answered (plus think time)
+phases         ``phases`` (a list of ``{n = 150, rate_qps = 40}`` tables: ``n`` queries at ``rate_qps``, one phase
+               after the other; E2bird's diurnal load is two phases), ``seed`` (0), ``poisson`` (true),
+               ``start_ms`` (0); see :func:`dvasim.workload.arrivals.phases_arrivals`
 stepping       ``start_qps`` (66), ``end_qps`` (4000), ``step_queries`` (2000), ``n_queries`` (32000), ``seed``
                (0), ``poisson`` (true), ``start_ms`` (0); see :func:`dvasim.workload.arrivals.stepping_arrivals`
 trace          ``path`` (a CSV / JSON / Parquet file of request times, or ``"trace:<name>"`` for one shipped in
@@ -49,6 +52,7 @@ from dvasim.workload.arrivals import (
     _check_seed,
     _check_start,
     gamma_arrivals,
+    phases_arrivals,
     poisson_arrivals,
     stepping_arrivals,
     uniform_arrivals,
@@ -65,6 +69,7 @@ ALLOWED_KEYS: dict[str, tuple[str, ...]] = {
     "uniform": ("kind", "rate_qps", "n_queries", "seed", "start_ms", *_LEN_KEYS),
     "explicit": ("kind", "arrivals_ms", "seq_lens", "seed", *_LEN_KEYS),
     "stepping": ("kind", "start_qps", "end_qps", "step_queries", "n_queries", "seed", "poisson", "start_ms", *_LEN_KEYS),
+    "phases": ("kind", "phases", "seed", "poisson", "start_ms", *_LEN_KEYS),
     "closed": ("kind", "clients", "n_queries", "think_ms", "seed", *_LEN_KEYS),
     "trace": ("kind", "path", "column", "unit", "length_column", "rate_qps", "time_scale", "n_queries", "start_ms",
               "seed", *_LEN_KEYS),
@@ -248,6 +253,14 @@ def workload_from_config(
                 raise ConfigError("workload.seq_lens", "give either seq_lens or seq_len / seq_len_dist, not both")
             explicit_lens = lens[perm]
         desc = f"explicit {raw.size} arrivals"
+    elif kind == "phases":
+        poisson = section.get("poisson", True)
+        if not isinstance(poisson, bool):
+            raise ConfigError("workload.poisson", f"must be true or false, got {poisson!r}")
+        start = _check_start(section.get("start_ms", 0.0))
+        arrivals, rates = phases_arrivals(req("phases"), seed, poisson, start)
+        parts = " then ".join(f"{p['n']} at {float(p['rate_qps']):g} QPS" for p in section["phases"])
+        desc = f"phases {parts} ({'poisson' if poisson else 'constant gaps'}, seed {seed})"
     elif kind == "closed":
         clients = _check_count("clients", section.get("clients", 1))
         n = _check_count("n_queries", req("n_queries"))
