@@ -171,13 +171,16 @@ def test_peer_variants_keep_their_papers_defaults_and_are_not_run_unless_named()
     # the study's batch limit (64) is not imposed: TF-Serving keeps E2bird's 32, Serial its 1
     assert study.variant_config("serial", "linknet", 3.5, WL)["policy"] == {"name": "serial"}
     rows = {label: study._run_job(("linknet", label, 3.5, "high", 2000.0, 400, 1, {"device": "titanrtx"}))
-            for label in ("serial", "tfserving-nowait", "graphbatch")}
+            for label in ("serial", "tfserving-nowait", "graphbatch", "lazybatch", "n-ebird", "e-ebird")}
     assert rows["serial"]["mean_exit_batch_size"] == 1.0 and rows["serial"]["policy_name"] == "serial"
     for r in rows.values():
         assert r["n_completed"] == r["n_queries"] == 400
     # under an overload every queued request leaves in one batch of up to 32 (NO_Wait), against Serial's 1
     assert 1.0 < rows["tfserving-nowait"]["mean_exit_batch_size"] <= 32.0
     assert rows["serial"]["mean_latency_ms"] > rows["tfserving-nowait"]["mean_latency_ms"]
+    # each row is the named policy's run: E2bird's engine has one instance per worker (6 by default)
+    assert {r["policy_name"] for r in rows.values()} == set(rows)
+    assert rows["n-ebird"]["instances"] == 6 and rows["lazybatch"]["instances"] == 1
 
 
 def test_compare_accepts_the_peer_names(tmp_path):
