@@ -45,3 +45,12 @@ n_queries = {n_queries}
 seed = {seed}
 {engine}""")
     return path
+
+
+def random_cost_table(rng, n_stages: int, top: int = 8) -> LatencyTable:
+    """A random table for property tests: batch sizes 1..``top``, each stage time a random base times a random
+    batching gain (from none to strong), drawn from ``rng`` (a :class:`random.Random`)."""
+    costs = {(s, b): rng.uniform(0.05, 2.0) * (1 + b / rng.choice([1, 4, 16])) for s in range(n_stages)
+             for b in range(1, top + 1)}
+    return make_table(n_stages, lambda s, b: costs[(s, b)], batch_sizes=range(1, top + 1))
+

@@ -24,7 +24,7 @@ from dvasim.policies.e2bird import combinations, default_max_inf, offline_search
 from dvasim.sim.engine import simulate
 from dvasim.sim.transfer import Transfer
 from dvasim.workload import workload_from_config
-from tests.conftest import make_table
+from tests.conftest import make_table, random_cost_table
 from tests.test_pipeline_properties import Monitor
 
 MS_COPY = {"input_bytes": 1e6, "bandwidth_gbps": 1.0}  # 1 ms per query
@@ -266,9 +266,7 @@ def test_eebird_levels_above_max_inf_are_not_profiled(tmp_path):
 )
 def test_ebird_is_safe_and_live(name, n_stages, workers, max_inf, n_queries, seed, sharing, transfer):
     rng = random.Random(seed)
-    costs = {(s, b): rng.uniform(0.05, 2.0) * (1 + b / rng.choice([1, 4, 16])) for s in range(n_stages)
-             for b in range(1, 33)}
-    table = make_table(n_stages, lambda s, b: costs[(s, b)], batch_sizes=range(1, 33))
+    table = random_cost_table(rng, n_stages, top=32)
     if name == "n-ebird":
         if max_inf is not None and max_inf < min(workers):
             max_inf = min(workers)

@@ -32,7 +32,7 @@ from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
 from dvasim.policies.lazybatch import LazyBatch, coverage_length
 from dvasim.sim.engine import simulate
-from tests.conftest import make_table
+from tests.conftest import make_table, random_cost_table
 from tests.test_pipeline_properties import Monitor
 
 FLAT8 = make_table(8, lambda s, b: 1.0)  # Figure 10: nodes A..H, 1 time-unit each at any batch size
@@ -213,9 +213,7 @@ def test_new_takes_every_pending_input_up_to_max_batch_size():
 def test_lazybatch_is_safe_and_live(n_stages, n_pairs, max_bs, sla, predictor, n_queries, seed, sharing,
                                     instances):
     rng = random.Random(seed)
-    costs = {(s, b): rng.uniform(0.05, 2.0) * (1 + b / rng.choice([1, 4, 16])) for s in range(n_stages)
-             for b in range(1, 9)}
-    table = make_table(n_stages, lambda s, b: costs[(s, b)], batch_sizes=range(1, 9))
+    table = random_cost_table(rng, n_stages)
     pol = make_policy("lazybatch", {"max_batch_size": max_bs, "sla_ms": sla, "predictor": predictor})
     pipe = Pipeline(table, pol, n_pairs, instances=instances)
     mon = Monitor(pipe, max_bs)

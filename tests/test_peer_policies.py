@@ -21,7 +21,7 @@ from dvasim.core.pipeline import Pipeline
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
 from dvasim.sim.engine import simulate
-from tests.conftest import make_table
+from tests.conftest import make_table, random_cost_table
 from tests.test_pipeline_properties import Monitor
 
 PEERS = ("tfserving-nowait", "tfserving-optwait", "tfserving-static", "serial", "graphbatch")
@@ -205,9 +205,7 @@ def _peer_params(name, max_bs, delay):
 def test_peer_policies_are_safe_and_live(name, n_stages, n_pairs, max_bs, delay, n_queries, seed, sharing,
                                          instances):
     rng = random.Random(seed)
-    costs = {(s, b): rng.uniform(0.05, 2.0) * (1 + b / rng.choice([1, 4, 16])) for s in range(n_stages)
-             for b in range(1, 9)}
-    table = make_table(n_stages, lambda s, b: costs[(s, b)], batch_sizes=range(1, 9))
+    table = random_cost_table(rng, n_stages)
     params, cap = _peer_params(name, max_bs, delay)
     pipe = Pipeline(table, make_policy(name, params), n_pairs, instances=instances)
     mon = Monitor(pipe, cap)

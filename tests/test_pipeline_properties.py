@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from dvasim.core.pipeline import Pipeline
 from dvasim.policies.base import New, Policy, Split, Stretch
 from dvasim.sim.engine import simulate
-from tests.conftest import make_table
+from tests.conftest import make_table, random_cost_table
 
 
 class ChaosPolicy(Policy):
@@ -133,9 +133,7 @@ class Monitor:
 )
 def test_random_meta_operations_are_safe_and_live(n_stages, n_pairs, max_bs, n_queries, seed, sharing, instances):
     rng = random.Random(seed)
-    costs = {(s, b): rng.uniform(0.05, 2.0) * (1 + b / rng.choice([1, 4, 16])) for s in range(n_stages)
-             for b in range(1, 9)}
-    table = make_table(n_stages, lambda s, b: costs[(s, b)], batch_sizes=range(1, 9))
+    table = random_cost_table(rng, n_stages)
     pipe = Pipeline(table, ChaosPolicy(seed, max_bs), n_pairs, instances=instances)
     mon = Monitor(pipe, max_bs)
     arrivals = sorted(rng.uniform(0, 20) if rng.random() < 0.8 else rng.choice([0.0, 5.0, 10.0])

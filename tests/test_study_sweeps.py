@@ -5,10 +5,6 @@ Figure 1(a) example among them), a saturated Triton batcher against B / T(B), an
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,18 +14,7 @@ from dvasim.api import load_profile
 from dvasim.calibration.models import load_op_table
 from dvasim.calibration.table import LatencyTable
 from dvasim.studies import characterization as ch
-
-EXP = Path(__file__).resolve().parent.parent / "experiments"
-
-
-def load(name: str):
-    if str(EXP) not in sys.path:
-        sys.path.insert(0, str(EXP))
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from tests.test_experiments_smoke import load
 
 
 # ----------------------------------------------------------------------------- ratio grids and sliced tables

@@ -138,6 +138,12 @@ def stepping_arrivals(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(arrival times in ms, offered rate in QPS per query) of the DVABatch stepping load."""
     rates = stepping_rates(start_qps, end_qps, step_queries, n_queries)
+    return _arrivals_at_rates(rates, seed, poisson, start_ms), rates
+
+
+def _arrivals_at_rates(rates: np.ndarray, seed: int, poisson: bool, start_ms: float) -> np.ndarray:
+    """Arrival times (ms) where the gap *before* query ``i`` has mean ``1000 / rates[i]``: exponential
+    (``poisson``, ``Generator(PCG64(seed))``) or constant; the first query arrives one gap after ``start_ms``."""
     if not isinstance(poisson, bool | np.bool_):
         raise ConfigError("workload.poisson", f"must be true or false, got {poisson!r}")
     mean_gaps = 1000.0 / rates
@@ -147,7 +153,7 @@ def stepping_arrivals(
     else:
         _check_seed(seed)
         gaps = mean_gaps
-    return _check_start(start_ms) + np.cumsum(gaps), rates
+    return _check_start(start_ms) + np.cumsum(gaps)
 
 
 def phases_rates(phases) -> np.ndarray:
@@ -176,13 +182,4 @@ def phases_arrivals(phases, seed: int = 0, poisson: bool = True, start_ms: float
     phase rate, exponential (``poisson``, ``Generator(PCG64(seed))``) or constant ``1000 / rate``, as in
     :func:`stepping_arrivals`; the first query arrives one gap after ``start_ms``."""
     rates = phases_rates(phases)
-    if not isinstance(poisson, bool | np.bool_):
-        raise ConfigError("workload.poisson", f"must be true or false, got {poisson!r}")
-    mean_gaps = 1000.0 / rates
-    if poisson:
-        rng = np.random.Generator(np.random.PCG64(_check_seed(seed)))
-        gaps = rng.exponential(1.0, size=len(rates)) * mean_gaps
-    else:
-        _check_seed(seed)
-        gaps = mean_gaps
-    return _check_start(start_ms) + np.cumsum(gaps), rates
+    return _arrivals_at_rates(rates, seed, poisson, start_ms), rates
