@@ -33,7 +33,7 @@ from dvasim.policies import make_policy, policy_names
 from dvasim.policies.lazybatch import LazyBatch, coverage_length
 from dvasim.sim.engine import simulate
 from tests.conftest import make_table, random_cost_table
-from tests.test_pipeline_properties import Monitor
+from tests.test_pipeline_properties import Monitor, run_random_load
 
 FLAT8 = make_table(8, lambda s, b: 1.0)  # Figure 10: nodes A..H, 1 time-unit each at any batch size
 FIG10_ARRIVALS = [2.0, 3.5, 4.5]  # Req1 issued at 2; Req2 arrives during Req1's B [3, 4]; Req3 during Req2's A
@@ -229,17 +229,7 @@ def test_lazybatch_is_safe_and_live(n_stages, n_pairs, max_bs, sla, predictor, n
         return t
 
     pol.oracle_finish = spy
-    arrivals = sorted(rng.uniform(0, 20) if rng.random() < 0.8 else rng.choice([0.0, 5.0, 10.0])
-                      for _ in range(n_queries))
-    res = simulate(pipe, arrivals, [1] * n_queries, sharing=sharing, cores=2)
-    assert res.stuck is None, res.stuck
-    assert mon.errors == [], mon.errors[:5]
-    assert sorted(mon.exits) == list(range(n_queries)) and set(mon.exits.values()) == {1}
-    assert all(mon.passes[(q, s)] == 1 for q in range(n_queries) for s in range(n_stages))
-    for q in res.queries:
-        assert q.done and q.finish >= q.arrival and q.exit_batch_size <= max_bs
-        times = [t for s in range(n_stages) for t in (q.stage_start[s], q.stage_finish[s])]
-        assert times == sorted(times)
+    res = run_random_load(pipe, mon, rng, n_queries, sharing, max_bs, cores=2)
     assert {op[0] for op in pipe.table.log} <= {"new", "stretch"}
     assert len(pipe.table) == 0 and not any(pipe.queues) and not pol.pending
     if instances == 1:

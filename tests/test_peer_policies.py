@@ -22,7 +22,7 @@ from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
 from dvasim.sim.engine import simulate
 from tests.conftest import make_table, random_cost_table
-from tests.test_pipeline_properties import Monitor
+from tests.test_pipeline_properties import Monitor, run_random_load
 
 PEERS = ("tfserving-nowait", "tfserving-optwait", "tfserving-static", "serial", "graphbatch")
 
@@ -224,17 +224,7 @@ def test_peer_policies_are_safe_and_live(name, n_stages, n_pairs, max_bs, delay,
 
     pipe.on_begin.append(begin)
     pipe.on_finish.append(finish)
-    arrivals = sorted(rng.uniform(0, 20) if rng.random() < 0.8 else rng.choice([0.0, 5.0, 10.0])
-                      for _ in range(n_queries))
-    res = simulate(pipe, arrivals, [1] * n_queries, sharing=sharing, cores=2)
-    assert res.stuck is None, res.stuck
-    assert mon.errors == [], mon.errors[:5]
-    assert sorted(mon.exits) == list(range(n_queries)) and set(mon.exits.values()) == {1}
-    assert all(mon.passes[(q, s)] == 1 for q in range(n_queries) for s in range(n_stages))
-    for q in res.queries:
-        assert q.done and q.finish >= q.arrival and q.exit_batch_size <= cap
-        times = [t for s in range(n_stages) for t in (q.stage_start[s], q.stage_finish[s])]
-        assert times == sorted(times)
+    run_random_load(pipe, mon, rng, n_queries, sharing, cap, cores=2)
     # the ops are new only: no stretch, no split
     assert {op[0] for op in pipe.table.log} == {"new"}
     assert pipe.table.counts["n_stretch"] == pipe.table.counts["n_split"] == pipe.table.counts["n_renew"] == 0

@@ -136,18 +136,28 @@ def test_random_meta_operations_are_safe_and_live(n_stages, n_pairs, max_bs, n_q
     table = random_cost_table(rng, n_stages)
     pipe = Pipeline(table, ChaosPolicy(seed, max_bs), n_pairs, instances=instances)
     mon = Monitor(pipe, max_bs)
+    run_random_load(pipe, mon, rng, n_queries, sharing)
+
+
+def run_random_load(pipe, mon, rng, n_queries, sharing, cap=None, **simulate_kw):
+    """``n_queries`` random arrivals (most spread over 20 ms, the rest in bursts at 0, 5 and 10 ms, drawn from
+    ``rng``) through ``pipe``, watched by ``mon``; asserts what holds for every policy: nothing stuck, no
+    mechanism error, every query exits once and passes every stage once, in stage order, within the batch limit
+    ``cap``, and nothing is left behind. Returns the simulation's result."""
+    n_stages = pipe.n_stages
     arrivals = sorted(rng.uniform(0, 20) if rng.random() < 0.8 else rng.choice([0.0, 5.0, 10.0])
                       for _ in range(n_queries))
-    res = simulate(pipe, arrivals, [1] * n_queries, sharing=sharing)
+    res = simulate(pipe, arrivals, [1] * n_queries, sharing=sharing, **simulate_kw)
     assert res.stuck is None, res.stuck
     assert mon.errors == [], mon.errors[:5]
     assert sorted(mon.exits) == list(range(n_queries)) and set(mon.exits.values()) == {1}
     assert all(mon.passes[(q, s)] == 1 for q in range(n_queries) for s in range(n_stages))
     for q in res.queries:
-        assert q.done and q.finish >= q.arrival
+        assert q.done and q.finish >= q.arrival and (cap is None or q.exit_batch_size <= cap)
         times = [t for s in range(n_stages) for t in (q.stage_start[s], q.stage_finish[s])]
         assert times == sorted(times), f"query {q.qid} went through stages out of order"
     assert len(pipe.table) == 0 and not any(pipe.queues)
+    return res
 
 
 @settings(max_examples=60, deadline=None)
