@@ -174,6 +174,25 @@ def test_study_maxbs_quick(out):
         assert hi.loc[(model, 1), "throughput_qps"] < hi.loc[(model, 64), "throughput_qps"]
 
 
+def test_study_window_quick(out):
+    """Figure 9 (Findings 5-6): below saturation throughput follows the request rate whatever the window; beyond
+    the GPU's capacity every window serves less than offered, in batches growing towards MAX-BS."""
+    res = load("study_window").main(["--quick", "--out", str(out)])
+    df = pd.read_csv(out / "study_fig9_window.csv")
+    assert len(df) == len(res["window"]) == 2 * 3 * 2  # two models, three rates, two windows
+    assert (out / "study_fig9_window.png").stat().st_size > 0
+    assert (df["throughput_qps"] <= df["offered_qps"] * 1.02).all()
+    assert (df["collected_bs"] <= df["max_bs"] + 1e-9).all()
+    low = df[df["rate_fraction"] <= 0.6]
+    assert ((low["throughput_qps"] / low["offered_qps"]).between(0.97, 1.02)).all()
+    over = df[df["rate_fraction"] > 1.0]
+    assert (over["throughput_qps"] < 0.9 * over["offered_qps"]).all()
+    # saturated, the batches grow towards MAX-BS whatever the window (they are about one query at L)
+    at_low = df[df["rate_fraction"] == 0.25].set_index(["model", "window_ms"])["collected_bs"]
+    for _, r in over.iterrows():
+        assert r["collected_bs"] > 4 * at_low[(r["model"], r["window_ms"])]
+
+
 def test_study_slicing_quick(out):
     res = load("study_slicing").main(["--quick", "--out", str(out)])
     for name in ("study_fig10_slice_position", "study_fig12_stages", "study_fig13_split", "study_fig15_stretch"):
