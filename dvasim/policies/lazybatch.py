@@ -174,7 +174,8 @@ class LazyBatch(Policy):
         while self.pending and len(taken) < room:
             cand = self.pending[0]
             if not self.authorise(batch, stage, [*taken, cand], now):
-                self._closed.add(batch.bid)
+                # only the latest batch can be pushed onto: remembering it alone keeps memory flat on long runs
+                self._closed = {batch.bid}
                 self.n_refused += 1
                 break
             taken.append(self.pending.popleft())
