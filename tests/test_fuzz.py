@@ -1,11 +1,12 @@
 """The fuzzing suite: random tables, policies, engines, workloads and time offsets, with the simulator's
-invariants as assertions.
+invariants as assertions. Every policy: Triton's, DVABatch's (with its ablations) and the papers' peer systems
+(TF-Serving, Serial, GraphB, LazyBatching, N-Ebird, E-Ebird).
 
 For every scenario:
 
 * every query exits exactly once, and the run reports nothing stuck;
 * each query passes the stages in order (start <= finish <= next stage's start);
-* no batch (and no execution) is larger than the policy's maximum;
+* no batch (and no execution) is larger than the policy's maximum (its largest worker for E2bird's);
 * no execution is faster than its table time (service jitter off);
 * no two running executions share a buffer, and no unread row is overwritten (the monitor of
   ``test_pipeline_properties``);
@@ -37,6 +38,36 @@ BATCHES = (1, 2, 4, 8, 16)
 LENS = (16, 64, 128)
 
 
+# the papers' peer systems (issue 14), each with random parameters
+PEERS = ("serial", "graphbatch", "tfserving-nowait", "tfserving-optwait", "tfserving-static", "lazybatch", "n-ebird",
+         "e-ebird")
+
+
+def peer_policy(draw, kind: str, max_bs: int) -> tuple[str, dict]:
+    if kind == "serial":
+        return kind, {}
+    if kind == "graphbatch":
+        return kind, {"max_batch_size": max_bs, "window_ms": draw(st.floats(0.0, 20.0))}
+    if kind == "tfserving-nowait":
+        return kind, {"max_batch_size": max_bs}
+    if kind in ("tfserving-optwait", "tfserving-static"):
+        return kind, {"max_batch_size": max_bs, "max_queue_delay_ms": draw(st.floats(0.0, 30.0))}
+    if kind == "lazybatch":
+        return kind, {"max_batch_size": max_bs, "predictor": draw(st.sampled_from(["conservative", "oracle"])),
+                      "sla_ms": draw(st.sampled_from([0.5, 5.0, 50.0, 1e6]))}
+    if kind == "n-ebird":
+        workers = [1, *draw(st.lists(st.sampled_from(BATCHES), max_size=4))]
+        return kind, {"workers": workers, "max_inf": draw(st.sampled_from([None, 1, 4, 64]))}
+    return kind, {"total_bs": sorted(set(draw(st.lists(st.sampled_from([2, 4, 8, 16]), min_size=1, max_size=3)))),
+                  "max_inf": draw(st.sampled_from([None, 4, 64]))}
+
+
+def batch_limit(pipe) -> int:
+    """The largest batch the scenario's policy may form: its max_batch_size, or its largest worker (E2bird)."""
+    pol = pipe.policy
+    return getattr(pol, "max_batch_size", None) or max(pol.sizes)
+
+
 @st.composite
 def scenarios(draw):
     n_stages = draw(st.integers(1, 4))
@@ -49,8 +80,10 @@ def scenarios(draw):
     lenf = rng.uniform(0.2, 2.0, n_stages)
     max_bs = draw(st.sampled_from([1, 2, 4, 8, 16]))
     kind = draw(st.sampled_from(["zerobatch", "delaybatch", "dvabatch", "dvabatch-split", "dvabatch-ablation",
-                                 "dvabatch-load"]))
-    if kind == "zerobatch":
+                                 "dvabatch-load", *PEERS]))
+    if kind in PEERS:
+        policy = peer_policy(draw, kind, max_bs)
+    elif kind == "zerobatch":
         policy = ("zerobatch", {"max_batch_size": max_bs})
     elif kind == "delaybatch":
         policy = ("delaybatch", {"max_batch_size": max_bs, "max_queue_delay_ms": draw(st.floats(0.01, 20.0))})
@@ -75,7 +108,8 @@ def scenarios(draw):
         "n_stages": n_stages, "tokens": tokens, "base": base, "slope": slope, "lenf": lenf, "policy": policy,
         "n": n, "rate": rate, "offset": offset, "load": load, "seed": seed,
         "sharing": draw(st.sampled_from(["fluid", "exclusive", "parallel", "cores"])),
-        "pairs": draw(st.integers(1, 3)), "instances": draw(st.integers(1, 2)),
+        "pairs": draw(st.integers(1, 3)),
+        "instances": 1 if policy[0] in ("n-ebird", "e-ebird") else draw(st.integers(1, 2)),
         "clients": draw(st.integers(1, 8)),
     }
 
@@ -101,7 +135,7 @@ def simulate_scenario(sc, monitor: bool):
     name, params = sc["policy"]
     pipe = Pipeline(table, make_policy(name, dict(params)), sc["pairs"], instances=sc["instances"],
                     qos_target_ms=200.0, input_lengths=lens if sc["tokens"] else None)
-    mon = Monitor(pipe, params["max_batch_size"]) if monitor else None
+    mon = Monitor(pipe, batch_limit(pipe)) if monitor else None
     execs = []
     pipe.on_finish.append(lambda ex: execs.append((ex.stage, ex.batch_size, ex.seq_len, ex.start, ex.end,
                                                    ex.lane)))
@@ -119,7 +153,8 @@ def test_invariants_hold_in_random_scenarios(sc):
     event(f"splits {'yes' if any(op[0] == 'split' for op in res.pipeline.table.log) else 'no'}")
     event(f"stretches {'yes' if any(op[0] == 'stretch' for op in res.pipeline.table.log) else 'no'}")
     n, n_st = sc["n"], sc["n_stages"]
-    max_bs = sc["policy"][1]["max_batch_size"]
+    max_bs = batch_limit(res.pipeline)
+    instances = res.pipeline.instances  # E2bird's engine has one instance per worker
     assert res.stuck is None, res.stuck
     assert mon.errors == [], mon.errors[:3]
     assert sorted(mon.exits) == list(range(n)) and set(mon.exits.values()) == {1}
@@ -134,7 +169,7 @@ def test_invariants_hold_in_random_scenarios(sc):
         want = table.latency(stage, b, L if sc["tokens"] else None)
         assert end - start >= want * (1 - 1e-9) - clock, (stage, b, end - start, want)
     if sc["pairs"] == 1:  # one buffer pair: one stage at a time in each instance (§6.2), stretch included
-        for lane in range(sc["instances"]):
+        for lane in range(instances):
             spans = sorted((a, b) for *_, a, b, ln in execs if ln == lane)
             assert all(b0 >= a1 - clock for (_, a1), (b0, _) in zip(spans, spans[1:]))
     # throughput bound: each stage executor of each instance serves one batch at a time
@@ -144,7 +179,7 @@ def test_invariants_hold_in_random_scenarios(sc):
     span = max(q.finish for q in res.queries) - first
     if span > 0:
         # n queries need at least n / best of one executor's time: n <= instances x best x span
-        assert n <= sc["instances"] * best * (span + n * clock) * (1 + 1e-9)
+        assert n <= instances * best * (span + n * clock) * (1 + 1e-9)
     # a rerun gives identical records
     _, again, _, _ = simulate_scenario(sc, monitor=False)
     rec = [(q.qid, q.arrival, q.finish, tuple(q.stage_start), q.batch_id, q.exit_batch_size) for q in res.queries]
