@@ -128,3 +128,46 @@ def test_random_bad_overrides_never_escape(named, tmp_path, capsys):
         if code == 2:
             assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (sets, err)
             assert not out.exists(), sets
+
+
+# the peer systems' own parameters (issue 14) and the engine's input copies: each key set on its own policy
+PEER_KEYS = {
+    "serial": ["policy.max_batch_size"],
+    "graphbatch": ["policy.window_ms", "policy.max_batch_size"],
+    "tfserving-optwait": ["policy.max_queue_delay_ms", "policy.max_batch_size"],
+    "tfserving-static": ["policy.max_queue_delay_ms", "policy.max_batch_size"],
+    "lazybatch": ["policy.sla_ms", "policy.predictor", "policy.dec_timesteps", "policy.dec_coverage",
+                  "policy.max_batch_size"],
+    "n-ebird": ["policy.workers", "policy.max_inf"],
+    "e-ebird": ["policy.total_bs", "policy.max_inf"],
+}
+ENGINE_KEYS = ["engine.transfer.mode", "engine.transfer.input_bytes", "engine.transfer.bandwidth_gbps",
+               "engine.transfer.input_bytes_per_token", "workload.phases"]
+PEER_VALUES = [*VALUES, '"pool"', '"on_launch"', '"oracle"', "[1,1,2]", "[4,8]", "[{n=10,rate_qps=50}]", "0.9"]
+
+
+def test_random_bad_overrides_of_the_peer_systems_never_escape(named, tmp_path, capsys):
+    """As above, on the peer systems' parameters (each set on its own policy), the input-copy model and the phases
+    load: the run works (0) or fails one line with status 2, writing nothing."""
+    import os
+    import random
+
+    rng = random.Random(11)
+    n = int(os.environ.get("DVASIM_FUZZ_EXAMPLES", "60"))
+    codes = set()
+    for i in range(n):
+        name = rng.choice(sorted(PEER_KEYS))
+        sets = [f"{rng.choice(PEER_KEYS[name] + ENGINE_KEYS)}={rng.choice(PEER_VALUES)}"
+                for _ in range(rng.randint(1, 2))]
+        if any(s.startswith("workload.phases") for s in sets):
+            sets.insert(0, 'workload={kind="phases",phases=[{n=20,rate_qps=40}]}')
+        out = tmp_path / f"p{i}"
+        code = main(["run", named, "--out", str(out), "--no-figure", "--set", f'policy={{name="{name}"}}',
+                     "--set", "workload.n_queries=40", *sum([["--set", s] for s in sets], [])])
+        err = capsys.readouterr().err
+        codes.add(code)
+        assert code in (0, 2), (name, sets, code, err)
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (name, sets, err)
+            assert not out.exists(), (name, sets)
+    assert codes == {0, 2}  # both outcomes were exercised
