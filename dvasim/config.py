@@ -205,10 +205,10 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     cfg["base_dir"] = base_dir or str(Path.cwd())
     from dvasim.calibration.models import KEYS as MODEL_KEYS
 
-    _check_keys("model", cfg["model"], MODEL_KEYS)
-    _check_keys("engine", cfg["engine"], ENGINE_KEYS)
-    _check_keys("qos", cfg["qos"], QOS_KEYS)
-    _check_keys("replay", cfg["replay"], REPLAY_KEYS)
+    check_keys("model", cfg["model"], MODEL_KEYS)
+    check_keys("engine", cfg["engine"], ENGINE_KEYS)
+    check_keys("qos", cfg["qos"], QOS_KEYS)
+    check_keys("replay", cfg["replay"], REPLAY_KEYS)
     if cfg["replay"]["modules"] not in ("auto", "cudagraph", "torchscript", "eager"):
         raise ConfigError("replay.modules", 'must be "auto", "cudagraph", "torchscript" or "eager", got '
                                             f'{cfg["replay"]["modules"]!r}')
@@ -227,8 +227,8 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
 
     if eng["sharing"] not in MODES:
         raise ConfigError("engine.sharing", f"unknown mode {eng['sharing']!r}; allowed: {', '.join(MODES)}")
-    _number(eng, "engine", "corun_slowdown", minimum=1.0)
-    _number(eng, "engine", "launch_overhead_ms", minimum=0.0)
+    check_number(eng, "engine", "corun_slowdown", minimum=1.0)
+    check_number(eng, "engine", "launch_overhead_ms", minimum=0.0)
     ad = eng["admission_delay_ms"]
     if isinstance(ad, list):
         if (len(ad) < 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
@@ -236,8 +236,8 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
             raise ConfigError("engine.admission_delay_ms", "a list must hold >= 2 non-decreasing quantiles >= 0 (ms), "
                                                            "e.g. [0.0, 0.05, 1.2]")
     else:
-        _number(eng, "engine", "admission_delay_ms", minimum=0.0)
-    _number(eng, "engine", "service_cv", minimum=0.0)
+        check_number(eng, "engine", "admission_delay_ms", minimum=0.0)
+    check_number(eng, "engine", "service_cv", minimum=0.0)
     if "host" in eng and not isinstance(eng["host"], dict):
         raise ConfigError("engine.host", "must be a table of keys ([engine.host]), see dvasim.sim.host")
     if "transfer" in eng:
@@ -246,7 +246,7 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
         transfer_from_config(eng["transfer"])  # checked here: one line naming the key
     if not isinstance(eng["progress"], bool):
         raise ConfigError("engine.progress", f"must be true or false, got {eng['progress']!r}")
-    _number(cfg["qos"], "qos", "target_ms", minimum=0.0, strict=True)
+    check_number(cfg["qos"], "qos", "target_ms", minimum=0.0, strict=True)
     wf = cfg["qos"]["warmup_fraction"]
     if isinstance(wf, bool) or not isinstance(wf, (int, float)) or not 0 <= wf < 1:
         raise ConfigError("qos.warmup_fraction", f"must be a number in [0, 1) (share of the queries), got {wf!r}")
@@ -272,13 +272,15 @@ def find_file(value: Any, base_dir: str | None, field: str, hint: str = "") -> P
     raise ConfigError(field, f"file {value!r} not found{where}{hint}")
 
 
-def _check_keys(section: str, values: dict[str, Any], allowed: dict[str, str]) -> None:
+def check_keys(section: str, values: dict[str, Any], allowed) -> None:
+    """Every key of the table ``section`` is one of ``allowed`` (else a one-line error naming it)."""
     for key in values:
         if key not in allowed:
             raise ConfigError(f"{section}.{key}", f"unknown key; allowed: {', '.join(sorted(allowed))}")
 
 
-def _number(d: dict, section: str, key: str, minimum: float, strict: bool = False) -> None:
+def check_number(d: dict, section: str, key: str, minimum: float, strict: bool = False) -> None:
+    """``d[key]`` is a finite number >= ``minimum`` (> with ``strict``); stored as a float."""
     v = d[key]
     ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
     ok = ok and (v > minimum if strict else v >= minimum)

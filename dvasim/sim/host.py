@@ -235,9 +235,9 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
         return None
     if not isinstance(d, dict):
         raise ConfigError("engine.host", "must be a table of keys, e.g. [engine.host] launch_ms = 0.5")
-    for k in d:
-        if k not in HOST_KEYS:
-            raise ConfigError(f"engine.host.{k}", f"unknown key; allowed: {', '.join(sorted(HOST_KEYS))}")
+    from dvasim.config import check_keys
+
+    check_keys("engine.host", d, HOST_KEYS)
     modules = d.get("modules", "torchscript")
     if modules not in MODULE_KINDS:
         raise ConfigError("engine.host.modules", f"must be one of {', '.join(MODULE_KINDS)}, got {modules!r}")

@@ -68,26 +68,19 @@ class Transfer:
 
 def transfer_from_config(section: Any) -> Transfer | None:
     """The :class:`Transfer` of an ``[engine.transfer]`` table, or None when absent or ``mode = "none"``."""
+    from dvasim.config import check_keys, check_number
+
     if section is None:
         return None
     if not isinstance(section, dict):
         raise ConfigError("engine.transfer", 'must be a table of keys ([engine.transfer] mode = "pool", ...)')
-    for key in section:
-        if key not in KEYS:
-            raise ConfigError(f"engine.transfer.{key}", f"unknown key; allowed: {', '.join(sorted(KEYS))}")
+    check_keys("engine.transfer", section, KEYS)
     mode = section.get("mode", "none")
     if mode not in MODES:
         raise ConfigError("engine.transfer.mode", f"must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}")
-    vals = {}
-    for key, strict in (("input_bytes", False), ("input_bytes_per_token", False), ("bandwidth_gbps", True)):
-        if key not in section:
-            continue
-        v = section[key]
-        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and (v > 0 if strict
-                                                                                               else v >= 0)
-        if not ok:
-            raise ConfigError(f"engine.transfer.{key}", f"must be a number {'>' if strict else '>='} 0, got {v!r}")
-        vals[key] = float(v)
+    vals = {k: section[k] for k in ("input_bytes", "input_bytes_per_token", "bandwidth_gbps") if k in section}
+    for key in vals:
+        check_number(vals, "engine.transfer", key, minimum=0.0, strict=key == "bandwidth_gbps")
     if mode == "none":
         return None
     return Transfer(mode=mode, **vals)
