@@ -36,11 +36,24 @@ import numpy as np
 import simpy
 
 
+def _draws(n: int, stages: int, seed: int) -> tuple[list[float], list[list[float]]]:
+    """Exponential gaps (mean 1) and per-stage service times (mean 0.9: a 0.9 load) of ``n`` queries."""
+    rng = np.random.default_rng(seed)
+    return rng.exponential(1.0, n).tolist(), rng.exponential(0.9, (stages, n)).tolist()
+
+
+def _timed(env: simpy.Environment, done: list[int], n: int) -> float:
+    """Wall seconds of ``env.run()``, checking that all ``n`` queries were served."""
+    t0 = time.perf_counter()
+    env.run()
+    wall = time.perf_counter() - t0
+    assert done[0] == n
+    return wall
+
+
 def bare_simpy_loop(n: int, seed: int = 7) -> float:
     """Wall seconds of an M/M/1 queue at 0.9 load with ``n`` customers: arrivals -> Store -> one server."""
-    rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0, n).tolist()
-    service = rng.exponential(0.9, n).tolist()
+    gaps, (service,) = _draws(n, 1, seed)
     env = simpy.Environment()
     store = simpy.Store(env)
     done = [0]
@@ -58,22 +71,15 @@ def bare_simpy_loop(n: int, seed: int = 7) -> float:
 
     env.process(arrivals())
     env.process(server())
-    t0 = time.perf_counter()
-    env.run()
-    wall = time.perf_counter() - t0
-    assert done[0] == n
-    return wall
+    return _timed(env, done, n)
 
 
 def pipeline_floor_loop(n: int, stages: int = 4, seed: int = 7) -> float:
-    """Wall seconds of the least a SimPy model of a ``stages``-stage pipeline serving batches of one does: the
+    """Wall seconds of a ``stages``-stage pipeline written the usual SimPy way, serving batches of one: the
     arrivals process and one server process per stage, each getting a query from its ``Store``, holding it for
     an exponential time (0.9 load per stage) and putting it into the next stage's store. No batching, no policy,
-    no device model: a ceiling for any SimPy model that keeps an event per stage execution (DVABatch near
-    saturation runs batches of about one query through 4 stages)."""
-    rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0, n).tolist()
-    service = rng.exponential(0.9, (stages, n)).tolist()
+    no device model."""
+    gaps, service = _draws(n, stages, seed)
     env = simpy.Environment()
     stores = [simpy.Store(env) for _ in range(stages + 1)]
     done = [0]
@@ -96,19 +102,13 @@ def pipeline_floor_loop(n: int, stages: int = 4, seed: int = 7) -> float:
     env.process(arrivals())
     for s in range(stages):
         env.process(server(s))
-    t0 = time.perf_counter()
-    env.run()
-    wall = time.perf_counter() - t0
-    assert done[0] == n
-    return wall
+    return _timed(env, done, n)
 
 
 def timeout_chain_floor(n: int, stages: int = 4, seed: int = 7) -> float:
     """Wall seconds of the absolute least: per query an arrival timeout and then one timeout per stage, chained
     by callbacks (no queue, no server, no batching, no records): 5 SimPy events a query for 4 stages."""
-    rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0, n).tolist()
-    service = rng.exponential(0.9, (stages, n)).tolist()
+    gaps, service = _draws(n, stages, seed)
     env = simpy.Environment()
     done = [0]
 
@@ -127,11 +127,7 @@ def timeout_chain_floor(n: int, stages: int = 4, seed: int = 7) -> float:
             chain(k, 0)
 
     env.process(arrivals())
-    t0 = time.perf_counter()
-    env.run()
-    wall = time.perf_counter() - t0
-    assert done[0] == n
-    return wall
+    return _timed(env, done, n)
 
 
 LOADS = ("issue", "sat")
