@@ -254,11 +254,17 @@ def peak_by_capacity(model: str, policy: dict[str, Any], *, seed: int = 0, refin
     """The peak as :func:`dvasim.capacity.capacity` finds it (Poisson load, p99 within ``qos_ms``, each probe
     decided with 95% confidence): ``(capacity_qps, bracket)``, the bracket's top ``inf`` when never exceeded.
     ``refine`` sets the effort: 4 and more, 2% resolution and up to 64,000 queries a probe; less, 5% and 8,000."""
-    from dvasim.capacity import capacity
-
     cfg = make_config(model, policy, {"kind": "poisson", "rate_qps": 100.0, "n_queries": 1000, "seed": seed},
                       qos_ms=qos_ms, **cfg_kw)
-    full = refine >= 4
+    return capacity_of(cfg, qos_ms, full=refine >= 4)
+
+
+def capacity_of(cfg: dict[str, Any], qos_ms: float = QOS_MS, *, full: bool = True) -> tuple[float, tuple[float, float]]:
+    """``cfg``'s capacity under a p99 of ``qos_ms`` (:func:`dvasim.capacity.capacity` on ``cfg``'s workload kind):
+    ``(capacity_qps, bracket)``, the bracket's top ``inf`` when never exceeded. ``full``: 2% resolution and up to
+    64,000 queries a probe; else 5% and 8,000."""
+    from dvasim.capacity import capacity
+
     res = capacity(cfg, qos_ms, resolution=0.02 if full else 0.05, max_queries=64_000 if full else 8_000)
     lo, hi = res["bracket_qps"]
     return res["capacity_qps"], (lo, hi if hi is not None else math.inf)

@@ -43,6 +43,7 @@ import common  # noqa: E402
 
 import dvasim  # noqa: E402
 from dvasim.calibration.models import resolve_model  # noqa: E402
+from dvasim.plots import save_figure  # noqa: E402
 from dvasim.workload import workload_from_config  # noqa: E402
 
 DEVICE = "h100"
@@ -112,21 +113,22 @@ def jobs_for(model: str, stages: int, k: float, seeds: list[int], n_queries: int
     paper_model = MODELS[model][0]
     base = {"model": model, "paper_model": paper_model, "stages": stages}
     jobs = []
+
+    def add(label, pol, w, rp, sp, fig):
+        for seed in seeds:
+            jobs.append({**base, "label": label, "policy": pol, "window_ms_paper": w, "rate_paper_qps": rp,
+                         "rate_qps": rp / k, "sla_ms_paper": sp, "sla_ms": sp * k, "seed": seed,
+                         "n_queries": n_queries, "fig": fig})
+
     for rp in rates_paper:
         for label, pol, w in policies(k):
-            for seed in seeds:
-                jobs.append({**base, "label": label, "policy": pol, "window_ms_paper": w, "rate_paper_qps": rp,
-                             "rate_qps": rp / k, "sla_ms_paper": SLA_PAPER, "sla_ms": SLA_PAPER * k, "seed": seed,
-                             "n_queries": n_queries, "fig": "12-14"})
+            add(label, pol, w, rp, SLA_PAPER, "12-14")
     for sp in slas_paper:  # Figure 15: LazyB / Oracle run with the SLA as their predictor's target
         if sp == SLA_PAPER:
             continue  # the Figure 12-14 run at high load
         for label, pol, w in policies(k, sp):
             if label in ("LazyB", "Oracle"):
-                for seed in seeds:
-                    jobs.append({**base, "label": label, "policy": pol, "window_ms_paper": w,
-                                 "rate_paper_qps": HIGH_PAPER, "rate_qps": HIGH_PAPER / k, "sla_ms_paper": sp,
-                                 "sla_ms": sp * k, "seed": seed, "n_queries": n_queries, "fig": "15"})
+                add(label, pol, w, HIGH_PAPER, sp, "15")
     return jobs
 
 
@@ -293,14 +295,9 @@ def _plots(out: Path, models, fig12, fig13, fig14, fig15) -> None:
                 ax.set_yscale("log")
             ax.set_title(f"{model} ({MODELS[model][0]})")
         axes.flat[0].legend(fontsize=7)
-        common.plt_sns()
-        from dvasim.plots import save_figure
-
         save_figure(fig, out / f"lazyb_{name}.png",
                     {"fig12": "Figure 12: mean latency vs arrival rate",
                      "fig13": "Figure 13: throughput vs arrival rate"}[name] + f" ({DEVICE} tables)")
-    from dvasim.plots import save_figure
-
     plt, sns, fig, axes = common.model_panels(models, 5.0, 3.8)
     for ax, model in zip(axes.flat, models):
         for label, g in fig14[fig14["model"] == model].groupby("policy", sort=False):

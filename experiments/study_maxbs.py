@@ -68,9 +68,13 @@ def reference(model: str, arrivals: str, quick: bool, seed: int) -> float:
     return ch.capacity_qps(cfg, quick=quick)[0]
 
 
-def run_point(model: str, max_bs: int, rate: float, n: int, arrivals: str, seed: int) -> dict:
-    cfg = ch.config(ch.model_cfg(model, stages=1), ch.triton_policy(model, max_bs),
-                    ch.workload(model, rate, n, kind=arrivals, seed=seed))
+def run_point(model: str, max_bs: int, rate: float, n: int, arrivals: str, seed: int,
+              window_ms: float | None = None) -> dict:
+    """One run of the Triton baseline (the study's window unless ``window_ms`` is given), model run whole."""
+    policy = ch.triton_policy(model, max_bs)
+    if window_ms is not None:
+        policy["max_queue_delay_ms"] = window_ms
+    cfg = ch.config(ch.model_cfg(model, stages=1), policy, ch.workload(model, rate, n, kind=arrivals, seed=seed))
     s = dvasim.run(cfg).summary
     return {"throughput_qps": s["throughput_qps"], "mean_latency_ms": s["mean_latency_ms"],
             "p99_latency_ms": s["p99_latency_ms"], "collected_bs": s["n_queries"] / s["n_batches"],

@@ -27,9 +27,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
-from study_maxbs import reference  # noqa: E402
+from study_maxbs import reference, run_point  # noqa: E402
 
-import dvasim  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
 
 MAX_BS = {"resnet152": 64, "bert_base": 16, "linknet": 8}  # the study's §4.3
@@ -37,15 +36,6 @@ WINDOWS_MS = (0.01, 0.1, 0.5, 2.0, 10.0)
 RATE_FRACTIONS = (0.1, 0.25, 0.4, 0.6, 0.75, 0.9, 1.05, 1.25, 1.5)
 MARKS = {0.25: "L", 0.6: "M", 0.9: "H"}
 LOW_MEDIUM = 0.6  # rates up to M are "medium to low workloads" (Finding 5)
-
-
-def run_point(model: str, window_ms: float, rate: float, n: int) -> dict:
-    policy = {**ch.triton_policy(model, MAX_BS[model]), "max_queue_delay_ms": window_ms}
-    cfg = ch.config(ch.model_cfg(model, stages=1), policy, ch.workload(model, rate, n))
-    s = dvasim.run(cfg).summary
-    return {"throughput_qps": s["throughput_qps"], "mean_latency_ms": s["mean_latency_ms"],
-            "p99_latency_ms": s["p99_latency_ms"], "collected_bs": s["n_queries"] / s["n_batches"],
-            "stable": bool(s["stable"]), "n_completed": s["n_completed"]}
 
 
 def main(argv=None) -> dict[str, pd.DataFrame]:
@@ -65,7 +55,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
                 rows.append({"model": model, "paper_name": ch.PAPER_NAMES[model], "max_bs": MAX_BS[model],
                              "window_ms": w, "rate_fraction": frac, "mark": MARKS.get(frac, ""),
                              "reference_peak_qps": ref, "offered_qps": frac * ref,
-                             **run_point(model, w, frac * ref, n)})
+                             **run_point(model, MAX_BS[model], frac * ref, n, "uniform", 1, window_ms=w)})
         print(f"{model}: reference (strategy VIII capacity) {ref:.1f} qps [{clock}]", flush=True)
     df = pd.DataFrame(rows)
     common.save(df, args.out, "study_fig9_window.csv")

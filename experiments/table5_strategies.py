@@ -43,13 +43,10 @@ import common  # noqa: E402
 
 from dvasim import study  # noqa: E402
 from dvasim.plots import policy_colours  # noqa: E402  (a fixed colour per label)
+from dvasim.studies import characterization as ch  # noqa: E402
 
-# (label, stretch, split, pipeline), Table 5's rows in its order
-STRATEGIES = (("I", 0, 0, 0), ("II", 0, 0, 1), ("III", 0, 1, 0), ("IV", 0, 1, 1),
-              ("V", 1, 0, 0), ("VI", 1, 0, 1), ("VII", 1, 1, 0), ("VIII", 1, 1, 1))
-LABELS = tuple(s[0] for s in STRATEGIES)
-MODELS = {"ResNet": "resnet152", "BERT": "bert_base", "LinkNet": "linknet"}
-PAPER_NAME = {v: k for k, v in MODELS.items()}
+LABELS = tuple(ch.TABLE5_STRATEGIES)  # Table 5's rows in its order
+PAPER_NAME = ch.PAPER_NAMES
 PAPER_LOAD = {"low": "low", "medium": "medium", "high": "high", "overload": "high"}  # Table 5's column compared
 
 # Table 5's throughputs (queries/s): model -> load -> one value per strategy I..VIII
@@ -64,11 +61,6 @@ PAPER = {
                 "medium": [1974.27, 1974.22, 1974.36, 1974.86, 1974.49, 1973.39, 1974.31, 1974.06],
                 "high": [2315.73, 2774.40, 2409.07, 2351.10, 2368.43, 2764.35, 2322.81, 2746.51]},
 }
-
-
-def strategy_policy(stretch: int, split: int, pipeline: int) -> dict:
-    return {"name": "dvabatch", "policies": [], "stretch": bool(stretch), "split": bool(split),
-            "pipeline": bool(pipeline)}
 
 
 def run_one(model: str, policy: dict, rate: float, n: int, seed: int) -> dict:
@@ -86,20 +78,20 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     p.add_argument("--overload", type=float, default=1.5,
                    help="the overload level as a multiple of strategy VIII's peak (default 1.5; 0 = none)")
     args = common.parse(p, argv)
-    models = args.models or (["resnet152", "linknet"] if args.quick else list(MODELS.values()))
+    models = args.models or (["resnet152", "linknet"] if args.quick else list(ch.MODELS))
     n = args.queries or (400 if args.quick else 5000)
     seeds = range(1, 1 + (args.seeds or (1 if args.quick else 3)))
     clock = common.Stopwatch()
     rows = []
     for model in models:
-        ref, _ = study.peak_by_capacity(model, strategy_policy(1, 1, 1), seed=args.seed,
+        ref, _ = study.peak_by_capacity(model, ch.strategy_policy("VIII"), seed=args.seed,
                                         refine=1 if args.quick else 4)
         loads = {**study.LOADS, **({"overload": args.overload} if args.overload > 0 else {})}
         for load, frac in loads.items():
             rate = frac * ref
-            for label, st, sp, pl in STRATEGIES:
+            for label, (st, sp, pl) in ch.TABLE5_STRATEGIES.items():
                 for seed in seeds:
-                    r = run_one(model, strategy_policy(st, sp, pl), rate, n, seed)
+                    r = run_one(model, ch.strategy_policy(label), rate, n, seed)
                     rows.append({"model": model, "load": load, "strategy": label, "stretch": st, "split": sp,
                                  "pipeline": pl, "reference_peak_qps": ref, "offered_qps": rate, "seed": seed, **r})
         print(f"{model} done (strategy VIII peak {ref:.1f} qps) [{clock}]", flush=True)

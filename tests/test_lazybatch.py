@@ -13,11 +13,8 @@ All tables here have dyadic latencies, so every time below is exact in binary.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -356,14 +353,9 @@ def test_replay_runs_lazybatch(predictor):
 
 # ----------------------------------------------------------------------------- the experiment's quick mode
 def test_experiment_quick(tmp_path):
-    exp = Path(__file__).resolve().parent.parent / "experiments"
-    if str(exp) not in sys.path:
-        sys.path.insert(0, str(exp))
-    spec = importlib.util.spec_from_file_location("_exp_lazyb", exp / "lazyb_figs12_15.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    mod.main(["--quick", "--workers", "1", "--out", str(tmp_path)])
+    from tests.test_experiments_smoke import load
+
+    load("lazyb_figs12_15").main(["--quick", "--workers", "1", "--out", str(tmp_path)])
     for fig in ("fig12", "fig13", "fig14", "fig15"):
         assert (tmp_path / f"lazyb_{fig}.csv").is_file() and (tmp_path / f"lazyb_{fig}.png").is_file()
     runs = pd.read_csv(tmp_path / "lazyb_fig12.csv")

@@ -51,8 +51,11 @@ TRITON_WINDOW_MS = {"resnet152": 0.5, "bert_base": 0.01, "linknet": 0.01}  # the
 STUDY_PEAK_QPS = {"resnet152": 4288.0, "bert_base": 1088.0, "linknet": 3264.0}  # §3.1 (Model Analyzer, DVABatch)
 LOADS = {"low": 1 / 4, "medium": 3 / 5, "high": 9 / 10}
 MAX_BS = (1, 2, 4, 8, 16, 32, 64)
-# Table 5's strategies (stretch, split, pipeline as bits), the ones the sweeps use
-STRATEGIES = {"I": (0, 0, 0), "II": (0, 0, 1), "VIII": (1, 1, 1)}
+# Table 5's eight strategies in its row order: (stretch, split, pipeline) as bits
+TABLE5_STRATEGIES = {"I": (0, 0, 0), "II": (0, 0, 1), "III": (0, 1, 0), "IV": (0, 1, 1), "V": (1, 0, 0),
+                     "VI": (1, 0, 1), "VII": (1, 1, 0), "VIII": (1, 1, 1)}
+# the ones the slicing sweeps use
+STRATEGIES = {k: TABLE5_STRATEGIES[k] for k in ("I", "II", "VIII")}
 
 
 def ratio_grid(step: float = 0.05, lo: float | None = None, hi: float | None = None) -> list[float]:
@@ -96,8 +99,8 @@ def config(model_section: dict, policy: dict, wl: dict, *, launch_overhead_ms: f
 
 
 def strategy_policy(label: str) -> dict[str, Any]:
-    """Table 5's strategy ``label`` (I, II or VIII here) as DVABatch flags, without Policy I-III identification."""
-    st, sp, pl = STRATEGIES[label]
+    """Table 5's strategy ``label`` (I ... VIII) as DVABatch flags, without Policy I-III identification."""
+    st, sp, pl = TABLE5_STRATEGIES[label]
     return {"name": "dvabatch", "policies": [], "stretch": bool(st), "split": bool(sp), "pipeline": bool(pl)}
 
 
@@ -107,12 +110,11 @@ def triton_policy(model: str, max_bs: int) -> dict[str, Any]:
 
 def capacity_qps(cfg: dict, *, quick: bool = False) -> tuple[float, float]:
     """(capacity under p99 <= 200 ms, the bracket's top; ``inf`` if never exceeded) of ``cfg``'s policy and model
-    under its workload kind (``dvasim.capacity``: 2% resolution, or 5% with ``quick``)."""
-    from dvasim.capacity import capacity
+    under its workload kind (:func:`dvasim.study.capacity_of`: 2% resolution, or 5% with ``quick``)."""
+    from dvasim.study import capacity_of
 
-    res = capacity(cfg, QOS_MS, resolution=0.05 if quick else 0.02, max_queries=8_000 if quick else 64_000)
-    hi = res["bracket_qps"][1]
-    return float(res["capacity_qps"]), (math.inf if hi is None else float(hi))
+    cap, (_, top) = capacity_of(cfg, QOS_MS, full=not quick)
+    return float(cap), float(top)
 
 
 def stage_shares(profile, batch_size: int = 1, seq_len: int | None = None) -> np.ndarray:
