@@ -246,6 +246,29 @@ def test_eebird_engine_and_online_configuration(tmp_path):
     assert admitted == [0.0] * 5 + [20.0] * 11 and finish == [10.0] * 5 + [30.0] * 11
 
 
+def test_eebird_configuration_limits_busy_workers_per_size():
+    """CurConf bounds the workers *busy* per batch size: a worker busy from an earlier dispatch counts against its
+    size's allowance (hand-worked on an engine [4, 1, 1, 1] with the configuration {1: 2} at MemState 2)."""
+    from types import SimpleNamespace
+
+    from dvasim.policies.e2bird import EEbird
+
+    pol = EEbird(total_bs=[2])
+    pol.sizes = [4, 1, 1, 1]
+    pol.engine_confs, pol._levels = {2: (2, 0, 0, 0, 0, 0)}, [2]  # TotalBS 2: two workers of 1
+    pol._lanes_of = {4: [0], 1: [1, 2, 3]}
+    free = {0, 1, 2, 3}
+    pol.view = SimpleNamespace(free_lane_indices=lambda: sorted(free))
+    assert pol.current_conf(2) == {1: 2} and pol.current_conf(1) == {1: 1, 2: 1}  # below TotalBS 2: defaults
+    assert pol.idle_queue(2, set()) == [1, 2]  # two of the three idle 1s, in index order
+    free.discard(1)  # lane 1 busy: one 1 left to give
+    assert pol.idle_queue(2, set()) == [2]
+    assert pol.idle_queue(2, {2}) == []  # lane 2 taken in this round: both allowed 1s are busy
+    assert pol.idle_queue(1, set()) == []  # the defaults allow one 1 (busy) and a 2 (none in this engine)
+    free.discard(0)
+    assert pol.idle_queue(2, set()) == [2]  # the busy 4 is no 1: it does not count
+
+
 def test_eebird_levels_above_max_inf_are_not_profiled(tmp_path):
     _, _, _, r = run(tmp_path, {"name": "e-ebird", "max_inf": 8}, [0], fn=lambda s, b: 10.0)
     assert set(r.config["policy"]["engine_confs"]) == {"4", "8"}
@@ -360,6 +383,7 @@ def test_phases_bad_input(section, field):
     ("e-ebird", {"total_bs": [4, 4]}, "policy.total_bs"),
     ("e-ebird", {"total_bs": [0]}, "policy.total_bs"),
     ("e-ebird", {"total_bs": [512]}, "policy.total_bs"),
+    ("e-ebird", {"total_bs": [4, 128]}, "policy.total_bs"),  # beyond MAX_TOTAL_BS: minutes of offline search
     ("e-ebird", {"workers": [1]}, "policy.workers"),
 ])
 def test_bad_parameters_name_the_field(name, params, field):
@@ -372,7 +396,7 @@ def test_bad_parameters_against_the_table(tmp_path):
     with pytest.raises(ConfigError) as e:  # a worker beyond the table's 32
         run(tmp_path, {"name": "n-ebird", "workers": [1, 64]}, [0.0])
     assert e.value.field == "policy.workers"
-    with pytest.raises(ConfigError) as e:  # no worker fits under MaxInf
+    with pytest.raises(ConfigError) as e:  # MaxInf 0 is refused in a run too (every engine has a worker of 1)
         run(tmp_path, {"name": "n-ebird", "workers": [4, 8, 1], "max_inf": 0}, [0.0])
     assert e.value.field == "policy.max_inf"
 

@@ -61,6 +61,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from dvasim.config import MAX_INSTANCES
 from dvasim.errors import ConfigError
 from dvasim.policies.base import New, Policy, check_positive_int, register
 
@@ -68,7 +69,8 @@ PAPER_WORKERS = (1, 1, 2, 4, 8, 16)  # N-Ebird's engine, paper §7.2.1
 PAPER_TOTAL_BS = (4, 8, 16, 32)  # E-Ebird's profiled loads, paper §7.3.2
 SIZES = (1, 2, 4, 8, 16, 32)  # Equation 6's worker sizes 2^0 .. 2^5
 DEFAULT_WORKERS = (1, 2)  # "two workers of size 1 and size 2 are kept by default" (§7.3.2)
-MAX_WORKERS = 64  # the pipeline's limit on instances (dvasim.config.MAX_INSTANCES)
+MAX_WORKERS = MAX_INSTANCES  # one instance per worker
+MAX_TOTAL_BS = 64  # E-Ebird's offline search: 1,827 combinations at 64 (0.6 s), 25,509 at 128 (19 s)
 
 
 def _typical_len(profile, input_lengths) -> int | None:
@@ -81,11 +83,6 @@ def _typical_len(profile, input_lengths) -> int | None:
     return int(max(profile.seq_lens))
 
 
-def whole_model_ms(profile, b: int, seq_len: int | None = None) -> float:
-    """T(b): one batch of ``b`` through every stage, alone on the device."""
-    return float(profile.remaining(0, b, seq_len))
-
-
 def default_max_inf(profile, qos_target_ms: float | None, fallback: int, seq_len: int | None = None) -> int:
     """Our MaxInf rule (module docstring): the largest profiled batch size ``b`` with ``2 T(b) <= qos_target_ms``."""
     if qos_target_ms is None or not math.isfinite(qos_target_ms):
@@ -93,7 +90,7 @@ def default_max_inf(profile, qos_target_ms: float | None, fallback: int, seq_len
     best = 0
     for b in getattr(profile, "batch_sizes", range(1, int(profile.max_batch_size) + 1)):
         b = int(b)
-        if 2.0 * whole_model_ms(profile, b, seq_len) <= qos_target_ms:
+        if 2.0 * profile.remaining(0, b, seq_len) <= qos_target_ms:  # T(b): the whole model, alone
             best = b
     return best
 
@@ -108,6 +105,8 @@ def _check_sizes(field: str, value: Any, *, allow_empty: bool = False) -> list[i
 
 class _Ebird(Policy):
     """Algorithm 1's dispatch, shared by N-Ebird and E-Ebird (see the module docstring)."""
+
+    conf_per_round = False  # does the idle queue depend on the number of ready inputs (E-Ebird's CurConf)?
 
     def __init__(self, max_inf=None):
         super().__init__()
@@ -134,12 +133,8 @@ class _Ebird(Policy):
             raise ConfigError("policy.workers", f"a worker of batch size {max(self.sizes)} exceeds the table's "
                                                 f"largest profiled batch size {top}")
         L = _typical_len(view.profile, getattr(view, "input_lengths", None))
-        if self.max_inf is None:
-            rule = default_max_inf(view.profile, view.qos_target_ms, sum(self.sizes), L)
-            self._max_inf = max(rule, min(self.sizes))
-        elif self.max_inf < min(self.sizes):
-            raise ConfigError("policy.max_inf", f"{self.max_inf} is below the smallest worker ({min(self.sizes)}): "
-                                                "no worker could ever run; raise it or add a smaller worker")
+        if self.max_inf is None:  # every engine has a worker of 1 (checked, or added), so MaxInf >= 1 runs
+            self._max_inf = max(default_max_inf(view.profile, view.qos_target_ms, sum(self.sizes), L), 1)
 
     @property
     def max_inf_used(self) -> int:
@@ -152,8 +147,9 @@ class _Ebird(Policy):
         return sorted((k for k in self.view.free_lane_indices() if k not in taken), key=lambda k: (-self.sizes[k], k))
 
     def admit(self, now: float) -> list[New]:
-        """Algorithm 1 (2): rounds of dispatch while a round dispatches something (the algorithms' ``while True``:
-        for E-Ebird a round changes MemState and so CurConf; for N-Ebird a second round never dispatches)."""
+        """Algorithm 1 (2): rounds of dispatch while a round dispatches something (the algorithms' ``while True``).
+        Only E-Ebird's rounds can differ (a round changes MemState and so CurConf): N-Ebird's second round would
+        start from the first one's leftover R with the workers that did not fit it, so it stops after one."""
         ops: list[New] = []
         taken: set[int] = set()
         alive = self.view.active_queries()
@@ -171,7 +167,7 @@ class _Ebird(Policy):
                     r -= b
                     alive += b
                     dispatched = True
-            if not dispatched:
+            if not dispatched or not self.conf_per_round:
                 break
         return ops
 
@@ -296,8 +292,9 @@ class EEbird(_Ebird):
         levels = list(PAPER_TOTAL_BS) if total_bs is None else _check_sizes("policy.total_bs", total_bs)
         if len(set(levels)) != len(levels):
             raise ConfigError("policy.total_bs", f"must not repeat a value, got {levels!r}")
-        if max(levels) > 256:
-            raise ConfigError("policy.total_bs", f"at most 256 (the combinations grow fast), got {max(levels)}")
+        if max(levels) > MAX_TOTAL_BS:
+            raise ConfigError("policy.total_bs", f"at most {MAX_TOTAL_BS} (the offline search's combinations grow "
+                                                 f"fast), got {max(levels)}")
         self.total_bs = sorted(levels)
         self.engine_confs: dict[int, tuple[int, ...]] = {}
         self._levels: list[int] = []
@@ -321,6 +318,12 @@ class EEbird(_Ebird):
                                                  f"{MAX_WORKERS}: profile smaller loads")
         return workers
 
+    conf_per_round = True
+
+    def bind(self, view) -> None:
+        super().bind(view)
+        self._lanes_of = {s: [k for k, z in enumerate(self.sizes) if z == s] for s in set(self.sizes)}
+
     def current_conf(self, n_ready: int) -> dict[int, int]:
         """CurConf for ``n_ready`` ready inputs: worker count per batch size."""
         level = max((t for t in self._levels if t <= n_ready), default=None)
@@ -331,12 +334,13 @@ class EEbird(_Ebird):
     def idle_queue(self, n_ready: int, taken: set[int]) -> list[int]:
         conf = self.current_conf(n_ready)
         free = set(self.view.free_lane_indices()) - taken
-        busy = Counter(self.sizes[k] for k in range(len(self.sizes)) if k not in free)
         q = []
-        for s, c in conf.items():
-            room = c - busy[s]
+        for s, c in conf.items():  # a configuration limits the workers busy per size
+            lanes = self._lanes_of.get(s, ())
+            idle = [k for k in lanes if k in free]  # in index order
+            room = c - (len(lanes) - len(idle))
             if room > 0:
-                q.extend(sorted(k for k in free if self.sizes[k] == s)[:room])
+                q.extend(idle[:room])
         return sorted(q, key=lambda k: (-self.sizes[k], k))
 
     def describe(self) -> dict[str, Any]:
