@@ -119,6 +119,8 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     resolved["model"] = {**cfg["model"], "provenance": dict(getattr(profile, "provenance", {}))}
     if host is not None:
         resolved["engine"] = {**cfg["engine"], "host": host.describe()}
+    if transfer is not None:  # the copy model as run, its defaults included
+        resolved["engine"] = {**resolved["engine"], "transfer": transfer.describe()}
     if res.stuck:
         import warnings
 

@@ -176,15 +176,19 @@ def level_stats(latency, rates, qos_ms: float, pct: float = 99.0, arrival=None, 
 
 
 def offered_rates(workload: Mapping, n: int) -> np.ndarray:
-    """Each query's offered rate (QPS) under a ``[workload]`` section: its level's rate for ``stepping``,
-    ``rate_qps`` for the constant-rate kinds (:data:`RATE_KINDS`), NaN for the others (explicit, closed, trace:
-    their rate is not a setting)."""
+    """Each query's offered rate (QPS) under a ``[workload]`` section: its level's rate for ``stepping``, its
+    phase's for ``phases``, ``rate_qps`` for the constant-rate kinds (:data:`RATE_KINDS`), NaN for the others
+    (explicit, closed, trace: their rate is not a setting)."""
     kind = workload.get("kind")
     if kind == "stepping":
         from dvasim.workload import stepping_rates
 
         keys = ("start_qps", "end_qps", "step_queries", "n_queries")
         return stepping_rates(**{k: workload[k] for k in keys if k in workload})
+    if kind == "phases":
+        from dvasim.workload.arrivals import phases_rates
+
+        return phases_rates(workload["phases"])
     if kind in RATE_KINDS:
         return np.full(n, float(workload["rate_qps"]))
     return np.full(n, math.nan)

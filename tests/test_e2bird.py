@@ -337,8 +337,14 @@ def test_same_seed_same_results(tmp_path):
            "workload": {"kind": "phases", "phases": [{"n": 40, "rate_qps": 40}, {"n": 60, "rate_qps": 300}],
                         "seed": 4},
            "engine": {"transfer": {"mode": "pool"}}}
-    a, b = dvasim.run(cfg).queries, dvasim.run(cfg).queries
+    ra = dvasim.run(cfg)
+    a, b = ra.queries, dvasim.run(cfg).queries
     pd.testing.assert_frame_equal(a, b)
+    # the records carry each query's phase rate, and the resolved config the copy model as run (its defaults too)
+    assert a["offered_qps"].tolist() == [40.0] * 40 + [300.0] * 60
+    assert ra.config["engine"]["transfer"] == {"mode": "pool", "input_bytes": 602112.0, "input_bytes_per_token": 0.0,
+                                               "bandwidth_gbps": 12.0}
+    assert ra.summary["instances"] == len(ra.config["policy"]["engine_workers"])
 
 
 # ----------------------------------------------------------------------------- the diurnal load
@@ -441,5 +447,6 @@ def test_replay_runs_each_ebird_policy(name):
     assert r.summary["n_completed"] == 24
     sizes = set(r.extra["setup"].policy.sizes)
     assert set(r.queries["exit_batch_size"]) <= sizes
+    assert r.summary["instances"] == len(r.extra["setup"].policy.sizes) > 1  # one instance per worker
     assert_outputs_match(r)
 

@@ -886,7 +886,7 @@ def to_run_result(setup: ReplaySetup, res: ReplayResult, extra_summary: dict | N
     summary = summarize(df, cfg["qos"]["target_ms"])
     summary.update(
         policy=policy.name, model=profile.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"],
-        instances=eng["instances"],
+        instances=res.pipeline.instances,  # a policy may bring its own workers (E2bird)
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
         **meta_op_counts(res.pipeline.table),
         engine="replay", replay_device=res.device, replay_threads=res.threads, replay_wall_s=res.wall_s,

@@ -180,10 +180,9 @@ def simulate(
 
         link = PoolLink()  # one host-to-device link: copies one at a time
         if transfer.mode == "pool":
-            def pool(first: int, seen: np.ndarray) -> np.ndarray:
-                # queries first.. reach the front door at ``seen``: visible when their copies are done
-                return np.array([link.visible(t, transfer.query_ms(int(lens[first + i])))
-                                 for i, t in enumerate(seen.tolist())])
+            def pool(doors: np.ndarray, lengths) -> np.ndarray:
+                # queries of these lengths reach the front door at ``doors``: visible when their copies are done
+                return np.array([link.visible(t, transfer.query_ms(int(L))) for t, L in zip(doors.tolist(), lengths)])
         else:
             def on_launch(ex) -> float:
                 # the batch's copy (a padding policy's dummy rows too), queued on the link: the time until done
@@ -261,7 +260,8 @@ def simulate(
         poke()
 
     # ---------------------------------------------------------------- open loop
-    groups = _groups(arrivals, front_door_times, after=pool)
+    groups = _groups(arrivals, front_door_times,
+                     after=None if pool is None else lambda first, seen: pool(seen, lens[first:first + len(seen)]))
 
     def next_arrivals(_ev=None) -> None:
         """Queries seen at the same time reach the front door together, before it decides; then the next group
@@ -295,7 +295,7 @@ def simulate(
         if sent:
             door = front_door_times(np.full(len(sent), env.now))
             if pool is not None:
-                door = np.array([link.visible(t, transfer.query_ms(q.seq_len)) for t, q in zip(door.tolist(), sent)])
+                door = pool(door, [q.seq_len for q in sent])
             delay = float(door.max()) - env.now
             if delay > 0:
                 yield env.timeout(delay)
@@ -328,14 +328,13 @@ def simulate(
 
             def start(_ev=None) -> None:
                 ex = mailbox[k]
-                if on_launch is not None and ex.stage == 0:  # the batch's input copy, then the launch
-                    pre = on_launch(ex) + (launch_overhead_ms if not on_device else 0.0)
-                    if pre > 0:
-                        env.timeout(pre).callbacks.append(lambda _e: run_on_device(ex))
-                    else:
-                        run_on_device(ex)
-                elif launch_overhead_ms > 0 and not on_device:
-                    env.timeout(launch_overhead_ms).callbacks.append(lambda _e: run_on_device(ex))
+                # host-side work before the device: the launch overhead (unless the device does it), and for a
+                # batch's first stage under [engine.transfer] on_launch its input copy
+                pre = launch_overhead_ms if not on_device else 0.0
+                if on_launch is not None and ex.stage == 0:
+                    pre += on_launch(ex)
+                if pre > 0:
+                    env.timeout(pre).callbacks.append(lambda _e: run_on_device(ex))
                 else:
                     run_on_device(ex)
 

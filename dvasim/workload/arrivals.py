@@ -171,7 +171,7 @@ def phases_rates(phases) -> np.ndarray:
         rate = _check_rate(f"phases[{i}].rate_qps", ph["rate_qps"])
         rates.append(np.full(n, rate))
     out = np.concatenate(rates)
-    _check_count("n_queries", int(out.size))
+    _check_count("phases", int(out.size))  # their n in all
     return out
 
 

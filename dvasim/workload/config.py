@@ -255,10 +255,7 @@ def workload_from_config(
         desc = f"explicit {raw.size} arrivals"
     elif kind == "phases":
         poisson = section.get("poisson", True)
-        if not isinstance(poisson, bool):
-            raise ConfigError("workload.poisson", f"must be true or false, got {poisson!r}")
-        start = _check_start(section.get("start_ms", 0.0))
-        arrivals, rates = phases_arrivals(req("phases"), seed, poisson, start)
+        arrivals, _ = phases_arrivals(req("phases"), seed, poisson, section.get("start_ms", 0.0))
         parts = " then ".join(f"{p['n']} at {float(p['rate_qps']):g} QPS" for p in section["phases"])
         desc = f"phases {parts} ({'poisson' if poisson else 'constant gaps'}, seed {seed})"
     elif kind == "closed":
