@@ -32,6 +32,14 @@ def test_json_reference_lists_every_policy_with_its_declared_parameters_and_real
                 assert p["default"] == (default if isinstance(default, (int, float, str, bool)) else str(default))
     # an instance built from the defaults carries them (the reference does not invent defaults)
     assert make_policy("serial").max_batch_size == refs["serial"]["params"]["max_batch_size"]["default"] == 1
+    checked = 0
+    for name, ref in refs.items():
+        pol = make_policy(name)
+        for key, p in ref["params"].items():
+            if p["default"] is not None and hasattr(pol, key):
+                assert getattr(pol, key) == p["default"], (name, key)
+                checked += 1
+    assert checked >= 15  # most declared defaults are visible on the instance
 
 
 def test_text_reference_of_one_policy_and_the_error_for_an_unknown_one():

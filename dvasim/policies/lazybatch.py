@@ -136,13 +136,10 @@ class LazyBatch(Policy):
                 if self._dec > top:
                     raise ConfigError("policy.dec_timesteps",
                                       f"{self._dec} exceeds the table's longest profiled length {top}")
-                self.dec_timesteps = self._dec
             else:
                 lengths = getattr(view, "input_lengths", None)
                 self.dec_timesteps = (coverage_length(lengths, self.dec_coverage)
                                       if lengths is not None and len(lengths) else top)
-        else:
-            self.dec_timesteps = self._dec  # unused: a static graph
         self.single_ms = prof.remaining(0, 1, self.dec_timesteps if self.has_len else None)
 
     def describe(self) -> dict:
@@ -167,7 +164,7 @@ class LazyBatch(Policy):
         if not self.pending or batch.bid in self._closed:
             return None
         table = self.view.table
-        if table.latest_id != batch.bid or table.can_stretch(batch.bid) is not None:
+        if table.can_stretch(batch.bid) is not None:  # only the latest batch, not yet at the last stage
             return None
         room = self.max_batch_size - batch.bs
         taken = []

@@ -25,12 +25,9 @@ from dvasim.policies.triton import TritonDynamicBatcher
 
 
 class _PeerBatcher(TritonDynamicBatcher):
-    """Triton's dynamic batcher without preferred batch sizes: the common core of every peer policy here."""
+    """Triton's dynamic batcher without preferred batch sizes: the common core of every peer policy here (each
+    declares its own ``params``)."""
 
-    params = {
-        "max_batch_size": "largest batch the batcher forms",
-        "max_queue_delay_ms": "how long the oldest request may wait for a larger batch (ms)",
-    }
     default_max_batch_size = 32
 
     def __init__(self, max_batch_size=None, max_queue_delay_ms=None):

@@ -166,9 +166,6 @@ class ScriptedBatches(Policy):
                 return Split(batch.bid, [batch.bs // n] * n, manner="serial")
         return None
 
-    def next_wakeup(self, now: float) -> float:
-        return math.inf
-
 
 def run_script(profile, groups: list[int], times_ms: list[float], actions: list[str],
                split: tuple[int, int, int] | None = None, seq_len: int | None = None) -> np.ndarray:
