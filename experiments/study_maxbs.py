@@ -32,6 +32,7 @@ import common  # noqa: E402
 
 import dvasim  # noqa: E402
 from dvasim import study  # noqa: E402
+from dvasim.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
 
 # Tables 2-4: model -> load -> rows (MAX-BS 1..64) of (throughput, latency ms, collected BS)
@@ -173,10 +174,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
             if col == "mean_latency_ms":
                 ax.set_yscale("log")
             ax.legend(fontsize=6)
-    fig.suptitle("Triton with varying MAX-BS (solid: dvasim, uniform arrivals; dashed: the study's Tables 2-4)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, "Triton with varying MAX-BS (solid: dvasim, uniform arrivals; dashed: the study's Tables 2-4)")
 
 
 if __name__ == "__main__":

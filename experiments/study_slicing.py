@@ -40,6 +40,7 @@ import common  # noqa: E402
 
 import dvasim  # noqa: E402
 from dvasim.api import load_profile  # noqa: E402
+from dvasim.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
 
 STAGES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -219,10 +220,7 @@ def plot_lines(df, x, y, path, title, style=None) -> None:
             if i == 1:
                 ax.set_yscale("log")
             ax.legend(fontsize=6)
-    fig.suptitle(title + " -- strategies I naive, II pipeline, VIII all")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, title + " -- strategies I naive, II pipeline, VIII all")
 
 
 def plot_micro(df, path, op) -> None:
@@ -250,10 +248,7 @@ def plot_micro(df, path, op) -> None:
             if ax.get_xlabel() == "ratio":
                 ax.axhline(1.0, color="grey", lw=0.8, ls=":")
                 ax.legend(fontsize=6)
-    fig.suptitle(f"{op} speedup = mean latency without / with {op} (one scripted scenario, a100 tables)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, f"{op} speedup = mean latency without / with {op} (one scripted scenario, a100 tables)")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from study_maxbs import reference, run_point  # noqa: E402
 
+from dvasim.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
 
 MAX_BS = {"resnet152": 64, "bert_base": 16, "linknet": 8}  # the study's §4.3
@@ -97,10 +98,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
         ax.set(title=f"{ch.PAPER_NAMES[model]} ({model}, a100, MAX-BS {MAX_BS[model]})", xlabel="request rate (qps)",
                ylabel="throughput (qps)")
         ax.legend(fontsize=7, title="time window")
-    fig.suptitle("Triton's throughput against the request rate per batching time window (the study's Figure 9)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, "Triton's throughput against the request rate per batching time window (the study's Figure 9)")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from dvasim import study  # noqa: E402
-from dvasim.plots import policy_colours  # noqa: E402  (a fixed colour per label)
+from dvasim.plots import policy_colours, save_figure  # noqa: E402  (policy_colours: a fixed colour per label)
 from dvasim.studies import characterization as ch  # noqa: E402
 
 LABELS = tuple(ch.TABLE5_STRATEGIES)  # Table 5's rows in its order
@@ -168,9 +168,7 @@ def plot(mean: pd.DataFrame, path: Path) -> None:
                     hue_order=list(LABELS), palette=policy_colours(LABELS), ax=ax)
         ax.set(title=f"{PAPER_NAME.get(model, model)} ({model})", xlabel="load", ylabel="throughput (queries/s)")
         ax.legend(title="strategy", fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":
