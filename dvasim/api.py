@@ -53,9 +53,12 @@ def load_profile(model_cfg: dict[str, Any]):
 
 
 def run(config, overrides: list[str] | None = None, progress: bool | None = None,
-        engine: str | Path | None = None, records: str | Path | None = None, timeline: int = 0) -> RunResult:
+        engine: str | Path | None = None, records: str | Path | None = None, timeline: int = 0,
+        stack: str | None = None) -> RunResult:
     """Simulate one config (a TOML path, a dict of sections, or an already resolved dict). ``engine``: an engine
     file written by ``dvasim fit``, merged over the config's ``[engine]`` (``--set`` overrides still win).
+    ``stack``: the serving stack by name (over the config's ``[server] stack``; see :mod:`dvasim.server`); every
+    run names its stack in ``summary["stack"]``.
     ``records``: stream every query's record to this Parquet file as the run goes (memory then stays bounded
     whatever the run's length; ``result.queries`` reads the file back when used); default: keep them in memory.
     ``timeline``: also record the first this many stage executions (``result.extra["timeline"]``, a DataFrame:
@@ -66,16 +69,19 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     from dvasim.policies import make_policy
     from dvasim.records import RecordStore
     from dvasim.sim.engine import simulate
-    from dvasim.sim.host import host_from_config
     from dvasim.stability import offered_rates, run_verdict
     from dvasim.workload import workload_from_config
 
-    cfg = cfgmod.resolve(config, overrides, engine=engine)
-    profile = load_profile(cfg["model"])
-    host = host_from_config(cfg["engine"].get("host"), profile.n_stages, cfg["base_dir"])
+    from dvasim.calibration.models import resolve_model
+    from dvasim.server.resolve import resolve_stack
     from dvasim.sim.transfer import transfer_from_config
 
+    cfg = cfgmod.resolve(config, overrides, engine=engine)
+    model = resolve_model(cfg["model"])
+    profile = model.table
     transfer = transfer_from_config(cfg["engine"].get("transfer"))
+    served = resolve_stack(cfg, model, transfer, stack=stack)
+    host = served.host
     params = {k: v for k, v in cfg["policy"].items() if k != "name"}
     policy = make_policy(cfg["policy"]["name"], params)
     workload = workload_from_config(
@@ -104,12 +110,12 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         service_cv=eng["service_cv"], seed=int(cfg["workload"].get("seed", 0)),
         progress=eng["progress"] if progress is None else progress,
         closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True, host=host,
-        transfer=transfer,
+        transfer=transfer, batch_costs=served.batch, corun_per_worker=served.corun_per_worker,
     )
     summary = store.summary(cfg["qos"]["target_ms"])
     n = summary["n_queries"]
     summary.update(
-        policy=policy.name, model=profile.name, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=pipeline.instances,
+        policy=policy.name, model=profile.name, stack=served.label, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=pipeline.instances,
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
         sim_wall_s=res.wall_s, sim_queries_per_wall_s=n / res.wall_s if res.wall_s > 0 else float("nan"),
         **meta_op_counts(res.pipeline.table),
@@ -117,6 +123,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     summary.update(run_verdict(store, cfg, offered))  # stable, its measures; a stepping run's levels
     resolved = {**cfg, "policy": {**cfg["policy"], **policy.describe()}}
     resolved["model"] = {**cfg["model"], "provenance": dict(getattr(profile, "provenance", {}))}
+    resolved["server"] = served.describe()
     if host is not None:
         resolved["engine"] = {**cfg["engine"], "host": host.describe()}
     if transfer is not None:  # the copy model as run, its defaults included
@@ -183,8 +190,7 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, c
         tl = result.extra["timeline"]
         chrome_trace(tl, out / "timeline.json", name=f"{result.summary.get('policy')} {result.summary.get('model')}")
         if figure and len(tl):
-            gantt_figure(tl, out / "timeline.png",
-                         title=f"{result.summary.get('policy')} on {result.summary.get('model', '')}")
+            gantt_figure(tl, out / "timeline.png", title=run_title(result.summary))
     if figure:
         from dvasim.plots import latency_figure
 
@@ -192,11 +198,16 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, c
         if df is None:
             df = result.queries
         latency_figure(
-            df, out / "latency.png",
-            title=f"{result.summary.get('policy')} on {result.summary.get('model', '')}",
+            df, out / "latency.png", title=run_title(result.summary),
             qos_target_ms=result.summary.get("qos_target_ms"),
         )
     return out
+
+
+def run_title(summary: dict) -> str:
+    """A figure's title: the policy, the model and the serving stack the run simulated."""
+    stack = summary.get("stack")
+    return f"{summary.get('policy')} on {summary.get('model', '')}" + (f" [stack: {stack}]" if stack else "")
 
 
 def _json_default(o):

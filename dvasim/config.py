@@ -11,6 +11,8 @@ Sections and keys::
                 corun_slowdown = 1.0, launch_overhead_ms = 0.0, admission_delay_ms = 0.0,
                 service_cv = 0.0, progress = false
     [replay]    modules = "auto" | "cudagraph" | "torchscript" | "eager"   # how `dvasim replay` runs the stages
+    [server]    stack = "triton-tensorrt" | "tfserving" | "gpu-only" | ...    # the serving stack (dvasim.server);
+                its other keys override the stack's numbers
 
 Relative paths are looked up next to the config file, then in the working directory, then in the project root
 (where the shipped ``traces/`` live).
@@ -28,7 +30,7 @@ import tomllib
 from dvasim.errors import ConfigError
 from dvasim.paths import DATA_ROOT, PROJECT_ROOT  # noqa: F401  (PROJECT_ROOT: kept for importers)
 
-SECTIONS = ("model", "policy", "workload", "qos", "engine", "replay")
+SECTIONS = ("model", "policy", "workload", "qos", "engine", "replay", "server")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {},
@@ -47,6 +49,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "progress": False,
     },
     "replay": {"modules": "auto"},
+    "server": {},
 }
 
 ENGINE_KEYS = {
@@ -251,6 +254,9 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     if isinstance(wf, bool) or not isinstance(wf, (int, float)) or not 0 <= wf < 1:
         raise ConfigError("qos.warmup_fraction", f"must be a number in [0, 1) (share of the queries), got {wf!r}")
     cfg["qos"]["warmup_fraction"] = float(wf)
+    from dvasim.server.resolve import check_server
+
+    check_server(cfg["server"])
     if not isinstance(cfg["policy"].get("name"), str):
         raise ConfigError("policy.name", "must be a string naming a policy")
     return cfg

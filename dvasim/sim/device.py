@@ -20,7 +20,8 @@ Modes (``[engine] sharing``):
 
 In every mode, ``corun_slowdown >= 1`` divides the rate of every execution while two or more run at once: the
 interference that a fluid model misses (shared caches and memory bandwidth, or on a CPU the threads' contention),
-measured by :mod:`dvasim.calibration.sharing`.
+measured by :mod:`dvasim.calibration.sharing`. A serving stack's ``corun_per_worker = k`` (E2bird's concurrent
+workers, :mod:`dvasim.server.stacks`) divides it further by ``1 + k * (n - 1)`` while ``n`` run at once.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class _Job:
 
 
 class Device:
-    def __init__(self, env: simpy.Environment, mode: str = "fluid", corun_slowdown: float = 1.0, cores: int = 2):
+    def __init__(self, env: simpy.Environment, mode: str = "fluid", corun_slowdown: float = 1.0, cores: int = 2,
+                 corun_per_worker: float = 0.0):
         if mode not in MODES:
             raise ValueError(f"sharing mode must be one of {MODES}, got {mode!r}")
         if corun_slowdown < 1.0:
@@ -58,6 +60,9 @@ class Device:
         self.hosts_launch_work = mode == "cores"
         self.cores = cores
         self.slowdown = corun_slowdown
+        if corun_per_worker < 0:
+            raise ValueError("corun_per_worker must be >= 0")
+        self.per_worker = corun_per_worker  # a co-run penalty growing with the executions running at once
         self.jobs: list[_Job] = []
         self._last = 0.0
         self._r = 1.0  # the rate of the running executions (see _rate), kept as the set of jobs changes
@@ -81,6 +86,8 @@ class Device:
         if n <= 1:
             return 1.0
         slow = self.slowdown
+        if self.per_worker:
+            slow *= 1.0 + self.per_worker * (n - 1)
         mode = self.mode
         if mode == "exclusive" or mode == "parallel":
             return 1.0 / slow

@@ -79,6 +79,8 @@ def simulate(
     records: RecordStore | None = None,
     keep_queries: bool = True,
     transfer=None,
+    batch_costs=None,
+    corun_per_worker: float = 0.0,
 ) -> SimResult:
     """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
 
@@ -115,10 +117,19 @@ def simulate(
     ``transfer`` (a :class:`dvasim.sim.transfer.Transfer`, ``[engine.transfer]``) models the inputs' host-to-GPU
     copies: ``"pool"`` (E2bird's memory pool) makes the front door see a query only when its copy, one at a time
     in arrival order, is done; ``"on_launch"`` (TF-Serving) copies a batch's inputs before its first stage
-    computes (see :mod:`dvasim.sim.transfer`). ``None``: no transfer modelled."""
+    computes (see :mod:`dvasim.sim.transfer`). ``None``: no transfer modelled.
+
+    ``batch_costs`` (a :class:`dvasim.server.costs.BatchCosts`, from the run's serving stack; needs ``host``) adds
+    the per-batch host costs: before every first-stage launch the requests' handling and the inputs' gathering
+    (under the interpreter lock for a Python stack), then their host-to-device copy on the one link; after every
+    last-stage completion the synchronisation and the outputs' copy back, holding the executor where the stack's
+    batch thread leaves the GPU idle between its batches, else delaying only the answers.
+    ``corun_per_worker = k`` slows every execution by ``1 + k * (n - 1)`` while ``n`` run at once."""
     t0 = time.perf_counter()
     env = simpy.Environment()
-    device = Device(env, sharing, corun_slowdown, cores)
+    device = Device(env, sharing, corun_slowdown, cores, corun_per_worker=corun_per_worker)
+    if batch_costs is not None and host is None:
+        raise ValueError("batch_costs need a host model")
     if host is not None:
         host_cores = Device(env, "cores", 1.0, host.cores)
         interpreter_lock = Device(env, "cores", 1.0, 1)  # one lock: processor sharing of capacity one
@@ -175,10 +186,12 @@ def simulate(
         def front_door_times(times: np.ndarray, carry: bool = False) -> np.ndarray:
             return times + admission_delay_ms
     pool = on_launch = None
-    if transfer is not None and transfer.mode != "none":
+    link = None
+    if (transfer is not None and transfer.mode != "none") or batch_costs is not None:
         from dvasim.sim.transfer import PoolLink
 
         link = PoolLink()  # one host-to-device link: copies one at a time
+    if transfer is not None and transfer.mode != "none":
         if transfer.mode == "pool":
             def pool(doors: np.ndarray, lengths) -> np.ndarray:
                 # queries of these lengths reach the front door at ``doors``: visible when their copies are done
@@ -209,9 +222,14 @@ def simulate(
             kept.append(q)
         return q
 
+    answer_delay = [0.0]  # a completion thread's work after the last stage: the answers leave this much later
+
     def on_exit(exited: list[Query]) -> None:
+        d = answer_delay[0]
         for q in exited:
             del live[q.qid]
+            if d:
+                q.finish += d
         records.add_many(exited)
 
     pipeline.exit_hook = on_exit
@@ -311,8 +329,8 @@ def simulate(
         if n_exited:
             if bar is not None:
                 bar.update(n_exited)
-            if closed_clients is not None:
-                env.process(closed_clients_send(n_exited, think_ms))
+            if closed_clients is not None:  # the answers reach the clients after any completion-thread work
+                env.process(closed_clients_send(n_exited, think_ms + answer_delay[0]))
 
     if host is None:
         on_device = device.hosts_launch_work
@@ -372,12 +390,26 @@ def simulate(
             locked = host.locked(ex.stage, b) * f + launch_overhead_ms
             if locked > 0:
                 yield interpreter_lock.run(locked)
+            if batch_costs is not None and ex.stage == 0:  # the requests' handling, the inputs' gathering and copy
+                pre = batch_costs.entry_host_ms(b, ex.seq_len)
+                if pre > 0:
+                    yield (interpreter_lock.run(pre) if batch_costs.python_level else env.timeout(pre))
+                h2d = batch_costs.h2d_ms(b, ex.seq_len)
+                if h2d > 0:
+                    yield env.timeout(link.visible(env.now, h2d) - env.now)
             g, demand = host.gpu(ex)
             gpu = device.run(g * f, demand)
             launch = host.launch(ex.stage, b, ex.seq_len) * f + (stall() if stall is not None else 0.0)
             if launch > 0:
                 yield (interpreter_lock if host.locks_launch else host_cores).run(launch)
             yield gpu
+            if batch_costs is not None and ex.stage == n_stages - 1:  # synchronise and copy the outputs back
+                post = batch_costs.exit_ms(b)
+                if batch_costs.idle_between_batches:
+                    if post > 0:
+                        yield env.timeout(post)
+                else:
+                    answer_delay[0] = post
 
         def executor(k: int):
             while True:
@@ -387,6 +419,7 @@ def simulate(
                 mailbox[k] = None
                 yield from host_launch(ex)
                 after_finish(ex)
+                answer_delay[0] = 0.0
                 poke(k)
 
         def wake_later(k: int) -> None:

@@ -46,7 +46,8 @@ from typing import Any
 
 from dvasim.errors import ConfigError
 
-MODULE_KINDS = ("eager", "torchscript", "cudagraph")
+MODULE_KINDS = ("eager", "torchscript", "cudagraph", "tensorrt", "tensorflow")
+LAW_KEYS = ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms")
 
 HOST_KEYS = {
     "modules": "module kind whose launch costs apply: eager (launches hold the interpreter lock), torchscript, cudagraph",
@@ -54,6 +55,10 @@ HOST_KEYS = {
     "launch_table": "a launch-cost table (modules,stage,batch_size,seq_len,launch_ms) from dvasim profile --device cuda",
     "launch_ms": "per-stage host launch cost at batch 0 (a number for every stage, or a list, ms)",
     "launch_per_row_ms": "per-stage growth of the launch cost per batch row (number or list, ms)",
+    "launch_fixed_ms": "the launch law (any slicing): host cost of every stage launch (ms)",
+    "launch_per_op_ms": "the launch law: host cost per operator of the launched stage (ms)",
+    "launch_model_per_row_ms": "the launch law: a whole model's launch growth per batch row, shared by the stages "
+                               "in proportion to their operators (ms)",
     "launch_scale": "factor on every launch cost (a host faster or slower than the profiled one)",
     "copy_ms": "per-stage buffer-copy cost of a launch at batch 0 (number or list, ms; holds the interpreter lock)",
     "copy_per_row_ms": "per-stage growth of the copy cost per batch row (number or list, ms)",
@@ -170,6 +175,8 @@ class HostModel:
     stall_cluster_prob: float | None = None  # within stall_window_ms after a stall began; None: stall_prob
     stall_window_ms: float = 50.0
     gpu_table: Any = None  # a LatencyTable of GPU time, or None: the model's table is the GPU time
+    law: dict = field(default_factory=dict)  # the launch law the per-stage lists came from (any slicing)
+    operators: list[int] | None = None  # the operators in each stage the law was applied to
 
     def gpu(self, ex) -> tuple[float, float]:
         """GPU time and demand of execution ``ex`` on the device."""
@@ -208,6 +215,8 @@ class HostModel:
             out["launch_table"] = self.table.path
         else:
             out.update(launch_ms=self.launch_ms, launch_per_row_ms=self.launch_per_row_ms)
+        if self.law:
+            out.update(self.law, operators=self.operators)
         return out
 
 
@@ -229,8 +238,14 @@ def _num(d: dict, key: str, default: float, lo: float, what: str, strict: bool =
     return float(v)
 
 
-def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None) -> HostModel | None:
-    """The ``[engine.host]`` table as a :class:`HostModel` (``None`` when the table is absent or empty)."""
+def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None,
+                     operators: list[int] | None = None) -> HostModel | None:
+    """The ``[engine.host]`` table as a :class:`HostModel` (``None`` when the table is absent or empty).
+
+    The launch cost is a law that fits any slicing (``launch_fixed_ms + launch_per_op_ms * ops[s]`` per launch,
+    plus ``launch_model_per_row_ms * ops[s] / sum(ops)`` per row, ``ops`` = ``operators``, the operators in each
+    stage), or per-stage lists ``launch_ms`` / ``launch_per_row_ms`` that fit only the stage count they were
+    written for, or a launch table."""
     if not d:
         return None
     if not isinstance(d, dict):
@@ -266,6 +281,20 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
         gpu_table.path = str(gp)
         if gpu_table.n_stages != n_stages:
             raise ConfigError("engine.host.gpu_table", f"{gp} has {gpu_table.n_stages} stages; the model has {n_stages}")
+    law = {k: _num(d, k, 0.0, 0.0, "a number >= 0 (ms)") for k in LAW_KEYS if k in d}
+    ops = None
+    if law:
+        clash = [k for k in ("launch_ms", "launch_per_row_ms", "launch_table") if k in d]
+        if clash:
+            raise ConfigError(f"engine.host.{clash[0]}", f"give either the launch law ({', '.join(LAW_KEYS)}) or "
+                                                         f"{clash[0]}, not both")
+        ops = [int(x) for x in operators] if operators is not None else [1] * n_stages
+        if len(ops) != n_stages or min(ops) < 1:
+            raise ConfigError("engine.host.launch_per_op_ms", f"needs {n_stages} operator counts >= 1, got {ops}")
+        total = sum(ops)
+        d = {k: v for k, v in d.items() if k not in LAW_KEYS}
+        d["launch_ms"] = [law.get("launch_fixed_ms", 0.0) + law.get("launch_per_op_ms", 0.0) * o for o in ops]
+        d["launch_per_row_ms"] = [law.get("launch_model_per_row_ms", 0.0) * o / total for o in ops]
     table = None
     if "launch_table" in d:
         if "launch_ms" in d or "launch_per_row_ms" in d:
@@ -285,5 +314,5 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None)
         launch_scale=scale, copy_ms=_per_stage(d, "copy_ms", n_stages),
         copy_per_row_ms=_per_stage(d, "copy_per_row_ms", n_stages), python_ms=py, table=table,
         stall_prob=sp, stall_ms=[float(x) for x in stall], gpu_table=gpu_table,
-        stall_cluster_prob=scp, stall_window_ms=sw,
+        stall_cluster_prob=scp, stall_window_ms=sw, law=law, operators=ops if law else None,
     )

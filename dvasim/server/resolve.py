@@ -1,0 +1,195 @@
+"""Which stack a run serves on, and what the engine gets from it.
+
+Precedence:
+
+1. ``[server] stack = NAME`` (or ``--stack NAME``, ``dvasim.run(..., stack=NAME)``): that stack, its fields
+   overridden by the other keys of ``[server]``;
+2. else an ``[engine.host]`` table (a hand-written host, or an engine file from ``dvasim fit`` given with
+   ``--engine``): the stack ``custom``, no per-batch costs beside what ``[engine.host]`` says;
+3. else the stack the table's source implies (:func:`implied_stack`): the Titan RTX and A100 tables model
+   TensorRT's fused kernels (``triton-tensorrt``), the H100 tables were fitted to CUDA-graph replays
+   (``cudagraph``), the CPU tables are measured stage times (``as-profiled``); a table file names its stack in a
+   ``# stack:`` provenance line, else it is ``as-profiled``.
+
+An explicit ``[engine.host]`` under a named stack overrides that stack's launch model key by key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dvasim.errors import ConfigError
+from dvasim.server.costs import BatchCosts, model_io
+from dvasim.server.stacks import BOOL_FIELDS, FIELD_HELP, MODULE_KINDS, STACKS, ServingStack
+
+SERVER_KEYS = {"stack": "the serving stack: " + ", ".join(STACKS) + " (default: the one the table's source implies)",
+               **FIELD_HELP}
+
+# the device of a named model's table -> the stack its source implies, and why
+DEVICE_STACKS = {
+    "titanrtx": ("triton-tensorrt", "the Titan RTX tables model TensorRT's fused kernels (fusion=tensorrt), the "
+                                    "DVABatch paper's Triton + TensorRT"),
+    "a100": ("triton-tensorrt", "the A100 tables model TensorRT's fused kernels (fusion=tensorrt), as served by "
+                                "Triton in the characterization study"),
+    "h100": ("cudagraph", "the H100 tables were fitted to GPU time of stages captured as CUDA graphs"),
+    "cpu": ("as-profiled", "the CPU tables are measured stage times on this machine, the host's work included"),
+}
+
+
+@dataclass
+class StackRun:
+    """A run's stack and what the engine needs from it."""
+
+    stack: ServingStack
+    source: str  # why this stack: "config", "engine.host", or the table's implication
+    host: Any = None  # a HostModel, or None (no host model)
+    batch: BatchCosts | None = None
+    corun_per_worker: float = 0.0
+    operators: list[int] | None = None
+    operators_source: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.stack.name
+
+    def describe(self) -> dict[str, Any]:
+        out = {**self.stack.describe(), "source": self.source}
+        if self.operators is not None:
+            out.update(operators=self.operators, operators_source=self.operators_source)
+        if self.batch is not None:
+            out.update(input_bytes=self.batch.input_bytes, input_bytes_per_token=self.batch.input_bytes_per_token,
+                       output_bytes=self.batch.output_bytes, copy_inputs=self.batch.copy_inputs)
+        return out
+
+
+def stack_by_name(name: Any, field: str = "server.stack") -> ServingStack:
+    if not isinstance(name, str) or name not in STACKS:
+        raise ConfigError(field, f"unknown stack {name!r}; allowed: {', '.join(STACKS)} "
+                                 "(`dvasim stacks` lists them with their numbers)")
+    return STACKS[name]
+
+
+def check_server(section: Any) -> dict[str, Any]:
+    """The ``[server]`` table checked: the stack's name and typed overrides (one-line errors naming the key)."""
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise ConfigError("server", 'must be a table of keys, e.g. [server] stack = "triton-tensorrt"')
+    out: dict[str, Any] = {}
+    for key, v in section.items():
+        if key not in SERVER_KEYS:
+            raise ConfigError(f"server.{key}", f"unknown key; allowed: {', '.join(sorted(SERVER_KEYS))}")
+        if key == "stack":
+            stack_by_name(v)
+            out[key] = v
+        elif key in BOOL_FIELDS:
+            if not isinstance(v, bool):
+                raise ConfigError(f"server.{key}", f"must be true or false, got {v!r}")
+            out[key] = v
+        elif key == "modules":
+            if v not in MODULE_KINDS:
+                raise ConfigError("server.modules", f"must be one of {', '.join(MODULE_KINDS)}, got {v!r}")
+            out[key] = v
+        else:
+            ok = not isinstance(v, bool) and isinstance(v, (int, float)) and not math.isnan(v) and v >= 0
+            if key.endswith("_gbps"):
+                ok = ok and v > 0
+            elif key == "host_cores":
+                ok = ok and v >= 1
+            else:
+                ok = ok and math.isfinite(v)
+            if not ok:
+                what = ("a bandwidth > 0 in GB/s (inf = free)" if key.endswith("_gbps")
+                        else "a number >= 1" if key == "host_cores" else "a finite number >= 0")
+                raise ConfigError(f"server.{key}", f"must be {what}, got {v!r}")
+            out[key] = float(v)
+    return out
+
+
+def implied_stack(model) -> tuple[str, str]:
+    """The stack a resolved model's table implies, and why (see the module docstring)."""
+    if getattr(model, "device", None) in DEVICE_STACKS:
+        return DEVICE_STACKS[model.device]
+    prov = getattr(model.table, "provenance", {}) or {}
+    named = prov.get("stack", "").strip()
+    if named:
+        if named not in STACKS:
+            raise ConfigError("model.table", f"its provenance names stack {named!r}, which is not one of "
+                                             f"{', '.join(STACKS)}; fix the '# stack:' line")
+        return named, "the table's provenance names it ('# stack:')"
+    return "as-profiled", "the table's source names no serving stack ('# stack:' line): its times are taken as they are"
+
+
+def stage_operators(model) -> tuple[list[int], str]:
+    """Operators in each stage: from a named model's cut bounds, a table's ``# operators:`` line, else one per
+    stage (said so)."""
+    table = model.table
+    n = table.n_stages
+    bounds = getattr(model, "bounds", None)
+    op_table = getattr(model, "op_table", None)
+    if bounds is not None and op_table is not None and len(bounds) == n:
+        ends = [*bounds[1:], op_table.n_stages]
+        return [e - b for b, e in zip(bounds, ends)], "the zoo's operators in each stage (the model's cuts)"
+    text = (getattr(table, "provenance", {}) or {}).get("operators", "")
+    if text:
+        try:
+            ops = [int(x) for x in text.replace(";", ",").split(",") if x.strip()]
+        except ValueError:
+            ops = []
+        if len(ops) != n or min(ops) < 1:
+            raise ConfigError("model.table", f"its '# operators:' line must give {n} counts >= 1 (one per stage), "
+                                             f"got {text!r}")
+        return ops, "the table's '# operators:' line"
+    return [1] * n, "unknown (no '# operators:' line): one operator per stage assumed"
+
+
+def resolve_stack(cfg: dict[str, Any], model, transfer=None, stack: str | None = None) -> StackRun:
+    """The :class:`StackRun` of a resolved config and its resolved model (see the module docstring)."""
+    from dvasim.sim.host import host_from_config
+
+    server = check_server(cfg.get("server"))
+    name = stack if stack is not None else server.get("stack")
+    eng_host = cfg["engine"].get("host")
+    overrides = {k: v for k, v in server.items() if k != "stack"}
+    if name is not None:
+        base, source = stack_by_name(name, "--stack" if stack is not None else "server.stack"), "config"
+    elif eng_host:
+        base = ServingStack("custom", "a host given as [engine.host] (hand-written, or an engine file from "
+                                      "dvasim fit): its launch model, no per-batch costs beside it",
+                            adds_nothing=True, sources={"all": "the config's [engine.host]"})
+        source = "engine.host"
+    else:
+        implied, why = implied_stack(model)
+        base, source = STACKS[implied], f"implied by the table: {why}"
+    st = base.with_overrides(overrides)
+    if overrides and st.adds_nothing:
+        raise ConfigError(f"server.{next(iter(overrides))}", f"the stack {st.name!r} adds no host cost; name a stack "
+                                                             "with one ([server] stack = ...) to set its costs")
+    n = model.table.n_stages
+    ops, ops_src = stage_operators(model)
+    run = StackRun(st, source, corun_per_worker=st.corun_per_worker)
+    base_dir = cfg.get("base_dir")
+    if st.adds_nothing:
+        run.host = host_from_config(eng_host, n, base_dir, operators=ops)
+        if run.host is not None:
+            run.operators, run.operators_source = ops, ops_src
+        return run
+    run.operators, run.operators_source = ops, ops_src
+    host = {"modules": st.modules, "cores": st.host_cores, "launch_fixed_ms": st.launch_fixed_ms,
+            "launch_per_op_ms": st.launch_per_op_ms, "launch_model_per_row_ms": st.launch_per_row_ms,
+            "python_ms": st.python_ms if st.interpreter_lock else 0.0}
+    if isinstance(eng_host, dict) and eng_host:
+        if any(k in eng_host for k in ("launch_ms", "launch_per_row_ms", "launch_table")):
+            for k in ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms"):
+                host.pop(k)
+        host.update(eng_host)
+    run.host = host_from_config(host, n, base_dir, operators=ops)
+    (i_b, i_tok, o_b), _why = model_io(getattr(model, "name", None) or model.table.name)
+    run.batch = BatchCosts(
+        request_ms=st.request_ms, request_per_row_ms=st.request_per_row_ms, gather_per_row_ms=st.gather_per_row_ms,
+        gather_gbps=st.gather_gbps, h2d_gbps=st.h2d_gbps, d2h_gbps=st.d2h_gbps, sync_ms=st.sync_ms,
+        idle_between_batches=st.idle_between_batches, input_bytes=i_b, input_bytes_per_token=i_tok,
+        output_bytes=o_b, copy_inputs=transfer is None, python_level=st.interpreter_lock)
+    return run
