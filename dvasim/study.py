@@ -152,19 +152,29 @@ def variant_config(variant: Variant | str, model: str, window: float, workload: 
 def make_config(model: str, policy: dict[str, Any], workload: dict[str, Any], *, device: str = "titanrtx",
                 stages: int | None = None, buffer_pairs: int = 2, qos_ms: float = QOS_MS,
                 seq_len_dist: str | None = None, engine: dict[str, Any] | None = None,
-                study_batch_limit: bool = True) -> dict[str, Any]:
+                study_batch_limit: bool = True, stack: str | None = None,
+                engine_file: str | None = None) -> dict[str, Any]:
+    """A study run's config. ``stack``: the serving stack by name (``[server] stack``; default: the one the
+    table implies); ``engine_file``: an engine file from ``dvasim fit`` merged over ``[engine]``."""
     spec = MODELS[model]
     wl = dict(workload)
     dist = seq_len_dist or spec.get("seq_len_dist")
     if dist and wl.get("kind") != "explicit":
         wl["seq_len_dist"] = dist
-    return {
+    cfg = {
         "model": {"name": model, "device": device, "stages": stages or spec["stages"]},
         "policy": {"max_batch_size": BS_MAX, **policy} if study_batch_limit else dict(policy),
         "workload": wl,
         "qos": {"target_ms": qos_ms},
         "engine": {"buffer_pairs": buffer_pairs, "progress": False, **(engine or {})},
     }
+    if stack is not None:
+        cfg["server"] = {"stack": stack}
+    if engine_file is not None:
+        from dvasim.config import apply_engine_file
+
+        cfg = apply_engine_file(cfg, engine_file)
+    return cfg
 
 
 def run_config(cfg: dict[str, Any]):
@@ -307,6 +317,7 @@ def _run_job(args):
     s = r.summary
     pol = r.config["policy"]
     return {"model": model, "load": load, "offered_qps": rate, "policy": label, "policy_name": pol["name"],
+            "stack": s["stack"],
             "dva_policies": "+".join(pol["policies"]) if "policies" in pol else "",
             "instances": s["instances"],
             "mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
@@ -320,7 +331,7 @@ def _run_job(args):
 def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, seed: int = 1, workers: int = 2,
             progress: bool = True, windows: dict[str, float] | None = None, device: str = "titanrtx",
             refine: int = 4, policies: Iterable[str] | None = None, qos_ms: float = QOS_MS,
-            peak: str = "stepping"):
+            peak: str = "stepping", stack: str | None = None, engine_file: str | None = None):
     """Tune DelayBatch, find its peak, then run every variant at low / medium / high load.
 
     ``policies``: the variant labels to run (default: all of :data:`VARIANTS`, the DVABatch study; the peer
@@ -332,7 +343,7 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
     that is the top of the stepping ladder (every level met the SLO) is only a lower bound: the calibration's
     ``attrs["peak_at_ladder_top"]`` lists them (model:policy), and ``dvasim compare`` warns. ``peak =
     "capacity"`` finds every peak (the window tuning's too) with :func:`peak_by_capacity` instead of the paper's
-    stepping load and bisection."""
+    stepping load and bisection. ``stack`` / ``engine_file``: every run's serving stack (see :func:`make_config`)."""
     models = list(models)
     labels = list(DEFAULT_LABELS) if policies is None else list(policies)
     per_model = {m: variants_for(m, labels, device) for m in models}
@@ -342,6 +353,7 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
     if peak not in ("stepping", "capacity"):
         raise ValueError(f"peak must be 'stepping' or 'capacity', got {peak!r}")
     kw = {"device": device} if qos_ms == QOS_MS else {"device": device, "qos_ms": float(qos_ms)}
+    kw.update({k: v for k, v in (("stack", stack), ("engine_file", engine_file)) if v is not None})
     peak_kw = {**kw, "peak": peak} if peak != "stepping" else kw
     tuned_windows = {}
     for model in models:

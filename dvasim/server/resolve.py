@@ -123,8 +123,11 @@ def implied_stack(model) -> tuple[str, str]:
 
 
 def stage_operators(model) -> tuple[list[int], str]:
-    """Operators in each stage: from a named model's cut bounds, a table's ``# operators:`` line, else one per
-    stage (said so)."""
+    """Operators in each stage: from a named model's cut bounds; from a table's provenance (``# operators:`` with
+    one count per stage, or the model's total with the cuts of its ``# slicing:`` line, as ``dvasim profile``
+    writes them); else one per stage (said so)."""
+    import re
+
     table = model.table
     n = table.n_stages
     bounds = getattr(model, "bounds", None)
@@ -132,15 +135,24 @@ def stage_operators(model) -> tuple[list[int], str]:
     if bounds is not None and op_table is not None and len(bounds) == n:
         ends = [*bounds[1:], op_table.n_stages]
         return [e - b for b, e in zip(bounds, ends)], "the zoo's operators in each stage (the model's cuts)"
-    text = (getattr(table, "provenance", {}) or {}).get("operators", "")
+    prov = getattr(table, "provenance", {}) or {}
+    text = prov.get("operators", "").strip()
     if text:
         try:
             ops = [int(x) for x in text.replace(";", ",").split(",") if x.strip()]
         except ValueError:
             ops = []
+        m = re.search(r"cuts=\[([0-9, ]*)\]", prov.get("slicing", ""))
+        cuts = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
+        if len(ops) == 1 and len(cuts) == n and cuts[0] == 0 and ops[0] > cuts[-1]:
+            ends = [*cuts[1:], ops[0]]
+            return [e - b for b, e in zip(cuts, ends)], "the table's '# operators:' total and '# slicing:' cuts"
+        if len(ops) == 1 and n == 1 and ops[0] >= 1:
+            return ops, "the table's '# operators:' line"
         if len(ops) != n or min(ops) < 1:
             raise ConfigError("model.table", f"its '# operators:' line must give {n} counts >= 1 (one per stage), "
-                                             f"got {text!r}")
+                                             f"or the model's total with a '# slicing: ... cuts=[...]' line; got "
+                                             f"{text!r}")
         return ops, "the table's '# operators:' line"
     return [1] * n, "unknown (no '# operators:' line): one operator per stage assumed"
 
