@@ -196,3 +196,16 @@ def test_every_number_of_every_stack_has_its_provenance():
         for key in FIELD_HELP:
             src = st.sources.get(key, "")
             assert src.split(":")[0] in ("measured", "published", "estimate", "by definition"), (st.name, key, src)
+
+
+def test_the_memory_pool_replaces_the_gather_and_the_copy(tmp_path):
+    # [engine.transfer] pool: the input is copied on arrival (602,112 B at 0.602112 GB/s = 1 ms), gathered on the
+    # GPU, so the batch pays only its request handling (1 + 0.5) before the GPU: 1 + 1.5 + 10 + 1.5 = 14; on_launch keeps the
+    # host gather (2.75 in all) and replaces the stack's copy by its own (1 ms): 2.75 + 1 + 10 + 1.5 = 15.25
+    table = _table(tmp_path, ROWS)
+    xfer = {"input_bytes": IN_B, "bandwidth_gbps": IN_B / 1e6}
+    for mode, want in (("pool", 14.0), ("on_launch", 15.25)):
+        cfg = {"model": {"table": table}, "policy": ZB1, "server": {"stack": "tfserving", **HAND},
+               "engine": {"transfer": {"mode": mode, **xfer}},
+               "workload": {"kind": "explicit", "arrivals_ms": [0.0]}}
+        assert _lat(dvasim.run(cfg)) == pytest.approx([want], abs=1e-9), mode

@@ -6,6 +6,8 @@ fresh inputs too):
     entry_host = request_ms + (request_per_row_ms + gather_per_row_ms) * rows + in_bytes / gather_gbps
     entry_copy = in_bytes / h2d_gbps          (on the one host-to-device link, shared by all instances)
 
+(E2bird's memory pool, ``[engine.transfer] mode = "pool"``, has every input on the GPU, gathered, before the
+batch forms: then neither the gathering nor the copy is paid here; ``mode = "on_launch"`` replaces the copy only)
 and on the way out (at every last-stage completion: each sub-batch of a split answers on its own):
 
     exit = sync_ms + out_bytes / d2h_gbps
@@ -68,12 +70,15 @@ class BatchCosts:
     output_bytes: float = 0.0
     copy_inputs: bool = True  # False: another model ([engine.transfer]) moves the inputs to the GPU
     python_level: bool = False  # the entry's host work holds the interpreter lock (a Python serving loop)
+    gather_inputs: bool = True  # False: the inputs are already gathered on the GPU (E2bird's memory pool)
 
     def in_bytes(self, rows: int, seq_len: int | None) -> float:
         return rows * (self.input_bytes + self.input_bytes_per_token * (seq_len or 0))
 
     def entry_host_ms(self, rows: int, seq_len: int | None) -> float:
         """Request handling and the inputs' gathering on the host, before the first stage launches."""
+        if not self.gather_inputs:
+            return self.request_ms + self.request_per_row_ms * rows
         return (self.request_ms + (self.request_per_row_ms + self.gather_per_row_ms) * rows
                 + _ms(self.in_bytes(rows, seq_len), self.gather_gbps))
 

@@ -203,5 +203,6 @@ def resolve_stack(cfg: dict[str, Any], model, transfer=None, stack: str | None =
         request_ms=st.request_ms, request_per_row_ms=st.request_per_row_ms, gather_per_row_ms=st.gather_per_row_ms,
         gather_gbps=st.gather_gbps, h2d_gbps=st.h2d_gbps, d2h_gbps=st.d2h_gbps, sync_ms=st.sync_ms,
         idle_between_batches=st.idle_between_batches, input_bytes=i_b, input_bytes_per_token=i_tok,
-        output_bytes=o_b, copy_inputs=transfer is None, python_level=st.interpreter_lock)
+        output_bytes=o_b, copy_inputs=transfer is None, python_level=st.interpreter_lock,
+        gather_inputs=transfer is None or transfer.mode != "pool")
     return run
