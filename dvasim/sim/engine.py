@@ -132,6 +132,7 @@ def simulate(
         raise ValueError("batch_costs need a host model")
     if host is not None:
         host_cores = Device(env, "cores", 1.0, host.cores)
+        cores_to_spare = host.cores >= pipeline.n_stages * pipeline.instances
         interpreter_lock = Device(env, "cores", 1.0, 1)  # one lock: processor sharing of capacity one
         stall = None
         if host.stall_prob > 0 or host.stall_cluster_prob:
@@ -401,7 +402,12 @@ def simulate(
             gpu = device.run(g * f, demand)
             launch = host.launch(ex.stage, b, ex.seq_len) * f + (stall() if stall is not None else 0.0)
             if launch > 0:
-                yield (interpreter_lock if host.locks_launch else host_cores).run(launch)
+                if host.locks_launch:
+                    yield interpreter_lock.run(launch)
+                elif cores_to_spare:  # never more launches at once than cores: none waits for a core
+                    yield env.timeout(launch)
+                else:
+                    yield host_cores.run(launch)
             yield gpu
             if batch_costs is not None and ex.stage == n_stages - 1:  # synchronise and copy the outputs back
                 post = batch_costs.exit_ms(b)
