@@ -64,17 +64,16 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     ``timeline``: also record the first this many stage executions (``result.extra["timeline"]``, a DataFrame:
     see :mod:`dvasim.timeline`).
     """
+    from dvasim.calibration.models import resolve_model
     from dvasim.core.batch_table import meta_op_counts
     from dvasim.core.pipeline import Pipeline
     from dvasim.policies import make_policy
     from dvasim.records import RecordStore
+    from dvasim.server.resolve import resolve_stack
     from dvasim.sim.engine import simulate
+    from dvasim.sim.transfer import transfer_from_config
     from dvasim.stability import offered_rates, run_verdict
     from dvasim.workload import workload_from_config
-
-    from dvasim.calibration.models import resolve_model
-    from dvasim.server.resolve import resolve_stack
-    from dvasim.sim.transfer import transfer_from_config
 
     cfg = cfgmod.resolve(config, overrides, engine=engine)
     model = resolve_model(cfg["model"])

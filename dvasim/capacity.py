@@ -20,7 +20,9 @@ slow query: ``ln(1 - confidence) / ln(percentile / 100)``, 299 for p99 at 95%, a
 ``decided_by = "estimate"``. A run whose throughput falls short of the offered rate (unstable) fails.
 
 :func:`capacity` returns a dict (also written to ``capacity.json`` by ``dvasim capacity``): ``capacity_qps``, the
-bracket, the resolution reached, ``top_exceeded`` and every probe.
+bracket, the resolution reached, ``top_exceeded``, the serving ``stack`` the probes ran on and every probe.
+``stack`` (a stack's name, :mod:`dvasim.server`) and ``engine`` (an engine file from ``dvasim fit``) apply to every
+probe, as ``dvasim run --stack / --engine`` does; the engine file is merged before ``overrides``.
 """
 
 from __future__ import annotations
@@ -63,9 +65,9 @@ def throughput_bound_qps(profile, instances: int = 1) -> float:
 def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[str] | None = None,
              confidence: float = 0.95, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
              min_queries: int | None = None, max_queries: int = 64_000, max_doublings: int = 8,
-             progress=None) -> dict[str, Any]:
+             progress=None, stack: str | None = None, engine=None) -> dict[str, Any]:
     """The capacity of ``config`` under the SLO (see the module docstring). ``progress``: a callable given each
-    probe as it is decided."""
+    probe as it is decided. ``stack``: the serving stack by name; ``engine``: an engine file (``dvasim fit``)."""
     from dvasim.api import load_profile, run
 
     if isinstance(slo_ms, bool) or not isinstance(slo_ms, (int, float)) or not math.isfinite(slo_ms) or slo_ms <= 0:
@@ -76,7 +78,12 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
         raise ConfigError("--confidence", f"must be in [0.5, 1), got {confidence!r}")
     if not 0 < resolution < 1:
         raise ConfigError("--resolution", f"must be in (0, 1), e.g. 0.02, got {resolution!r}")
+    if stack is not None:
+        from dvasim.server.resolve import stack_by_name
+
+        stack_by_name(stack, "--stack")
     raw = cfgmod.load_toml(config) if not isinstance(config, dict) else copy.deepcopy(config)
+    raw = cfgmod.apply_engine_file(raw, None if engine is None else str(engine))  # as run(engine=): before --set
     raw = cfgmod.apply_overrides(raw, overrides)
     wl = raw.get("workload", {})
     if wl.get("kind") not in RATE_KINDS:
@@ -93,6 +100,7 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
     n0 = max(1000, min_queries_to_pass(percentile, confidence)) if min_queries is None else int(min_queries)
     seed0 = int(wl.get("seed", 0))
     probes: list[dict[str, Any]] = []
+    ran_on: list[str] = []  # the stack the probes ran on (summary["stack"])
 
     def probe(rate: float) -> bool:
         n, attempt = n0, 0
@@ -102,7 +110,9 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
             trial.setdefault("engine", {})["progress"] = False
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", IncompleteRunWarning)
-                res = run(trial, progress=False)
+                res = run(trial, progress=False, stack=stack)
+            if not ran_on:
+                ran_on.append(str(res.summary.get("stack")))
             lat = res.queries["latency_ms"].to_numpy()
             slow = int(np.count_nonzero(~(lat <= slo_ms)))  # NaN (never finished) counts as slow
             lower, upper = clopper_pearson(slow, n, confidence)
@@ -128,7 +138,7 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
             return ok
 
     if not probe(lo):
-        return _result(0.0, (0.0, lo), slo_ms, percentile, confidence, resolution, True, probes, bound,
+        return _result(0.0, (0.0, lo), slo_ms, percentile, confidence, resolution, True, probes, bound, ran_on,
                        note=f"the SLO does not hold even at {lo:g} qps")
     top_exceeded = False
     for _ in range(max_doublings + 1):
@@ -137,7 +147,7 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
             break
         lo, hi = hi, hi * 2.0
     if not top_exceeded:
-        return _result(lo, (lo, math.inf), slo_ms, percentile, confidence, resolution, False, probes, bound,
+        return _result(lo, (lo, math.inf), slo_ms, percentile, confidence, resolution, False, probes, bound, ran_on,
                        note=f"the SLO still held at {lo:g} qps (the top of the bracket was never exceeded): the "
                             f"capacity is at least that")
     while hi / lo - 1.0 > resolution:
@@ -146,12 +156,14 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
             lo = mid
         else:
             hi = mid
-    return _result(lo, (lo, hi), slo_ms, percentile, confidence, resolution, True, probes, bound)
+    return _result(lo, (lo, hi), slo_ms, percentile, confidence, resolution, True, probes, bound, ran_on)
 
 
-def _result(cap, bracket, slo_ms, percentile, confidence, resolution, top_exceeded, probes, bound, note=""):
+def _result(cap, bracket, slo_ms, percentile, confidence, resolution, top_exceeded, probes, bound, ran_on=(),
+            note=""):
     lo, hi = bracket
-    return {"capacity_qps": cap, "slo_ms": float(slo_ms), "percentile": float(percentile),
+    return {"capacity_qps": cap, "stack": ran_on[0] if ran_on else None, "slo_ms": float(slo_ms),
+            "percentile": float(percentile),
             "confidence": confidence, "bracket_qps": [lo, hi if math.isfinite(hi) else None],
             "resolution": (hi / lo - 1.0) if lo > 0 and math.isfinite(hi) else None,
             "resolution_asked": resolution, "top_exceeded": top_exceeded,

@@ -1,8 +1,11 @@
 """The ``dvasim`` command line.
 
-    dvasim run CONFIG.toml --out DIR [--set section.key=value ...]
+    dvasim run CONFIG.toml --out DIR [--set section.key=value ...] [--stack NAME] [--engine ENGINE.toml]
     dvasim policies [NAME]                               every policy a config can name, with its parameters
-    dvasim compare [--models ...] [--policies ...] [--queries N] [--workers W] [--out DIR]
+    dvasim stacks [NAME]                                 every serving stack, its numbers and their provenance
+    dvasim compare [--models ...] [--policies ...] [--queries N] [--workers W] [--out DIR] [--stack NAME]
+    dvasim capacity CONFIG.toml --slo-ms MS --out DIR [--stack NAME] [--engine ENGINE.toml]
+    dvasim sweep SWEEP.toml --out DIR [--stack NAME] [--engine ENGINE.toml]
     dvasim profile --model NAME --stages N --device cpu|cuda --batch-sizes 1,2,4 --out FILE.csv   (needs torch)
     dvasim replay CONFIG.toml --out DIR [--loadgen]       real torch execution of the config (needs torch)
     dvasim validate CONFIG.toml --out DIR [--repeats K]   simulator vs replay: DIR/fidelity.json (needs torch)
@@ -53,9 +56,67 @@ def cmd_policies(args) -> int:
     return 0
 
 
+def cmd_stacks(args) -> int:
+    """``dvasim stacks [NAME]``: the serving stacks a run can name (``--stack``, ``[server] stack``); for one
+    stack every parameter with its value, its meaning and its provenance."""
+    import json
+    import textwrap
+
+    from dvasim.server.resolve import stack_by_name
+    from dvasim.server.stacks import FIELD_HELP, STACKS
+
+    if args.name is not None:
+        stack_by_name(args.name, "stacks")
+    names = list(STACKS) if args.name is None else [args.name]
+    refs = [stack_reference(STACKS[n]) for n in names]
+    if args.json:
+        print(json.dumps(refs, indent=1, default=str))
+        return 0
+    width = max(len(n) for n in STACKS)
+    for ref in refs:
+        if args.name is None:
+            first = ref["summary"].split(". ")[0].rstrip(".")
+            print(textwrap.fill(f"{ref['name']:<{width}}  {first}", 116, subsequent_indent=" " * (width + 2)))
+            continue
+        print(ref["name"])
+        print(textwrap.fill(ref["summary"], 116, initial_indent="    ", subsequent_indent="    "))
+        if not ref["parameters"]:
+            print(f"    adds no host cost: {ref['sources'].get('all', '')}")
+            continue
+        for key, p in ref["parameters"].items():
+            print(textwrap.fill(f"{key} = {_fmt(p['value'])}: {FIELD_HELP.get(key, '')}", 116, initial_indent="  ",
+                                subsequent_indent="      "))
+            print(textwrap.fill(f"source: {p['source']}", 116, initial_indent="      ", subsequent_indent="        "))
+    if args.name is None:
+        print("\n`dvasim stacks NAME` prints a stack's every number with its provenance; a run names one with "
+              "--stack NAME or [server] stack = NAME.")
+    return 0
+
+
+def stack_reference(stack) -> dict:
+    """One stack as ``dvasim stacks`` shows it: name, summary, and (unless it adds nothing) every parameter
+    with its value (``"inf"`` for an unlimited bandwidth) and provenance (``ServingStack.sources``; ``not given``
+    where the stack names none)."""
+    import math
+
+    params = {} if stack.adds_nothing else {
+        k: {"value": "inf" if isinstance(v, float) and math.isinf(v) else v,
+            "source": stack.sources.get(k, "not given")} for k, v in stack.parameters().items()}
+    return {"name": stack.name, "summary": stack.summary, "adds_nothing": stack.adds_nothing,
+            "parameters": params, "sources": dict(stack.sources)}
+
+
+def check_stack(name) -> None:
+    """A ``--stack`` checked before any work (one line naming --stack, exit 2)."""
+    if name is not None:
+        from dvasim.server.resolve import stack_by_name
+
+        stack_by_name(name, "--stack")
+
+
 def print_summary(summary: dict, file=sys.stdout) -> None:
     keys = [
-        "policy", "n_queries", "n_completed", "offered_qps", "throughput_qps", "mean_latency_ms", "p50_latency_ms",
+        "policy", "stack", "n_queries", "n_completed", "offered_qps", "throughput_qps", "mean_latency_ms", "p50_latency_ms",
         "p90_latency_ms", "p95_latency_ms", "p99_latency_ms", "qos_target_ms", "qos_violation_rate",
         "mean_exit_batch_size", "n_batches", "n_stretch", "n_split", "device_busy_fraction", "sim_queries_per_wall_s",
         "stable", "stability_reason",
@@ -72,12 +133,13 @@ def cmd_run(args) -> int:
     from dvasim.api import run, write_outputs
     from dvasim.errors import IncompleteRunWarning
 
+    check_stack(args.stack)
     check_out_dir(args.out)
     with warnings.catch_warnings():  # an incomplete run is reported below, as an error line
         warnings.simplefilter("ignore", IncompleteRunWarning)
         # records stream to queries.parquet as the run goes: memory stays bounded whatever its length
         result = run(args.config, overrides=args.set, progress=args.progress or None, engine=args.engine,
-                     records=Path(args.out) / "queries.parquet", timeline=args.timeline)
+                     records=Path(args.out) / "queries.parquet", timeline=args.timeline, stack=args.stack)
     out = write_outputs(result, args.out, figure=not args.no_figure, csv=args.csv)
     print(f"dvasim run {args.config}: results in {out}/")
     print_summary(result.summary)
@@ -95,8 +157,10 @@ def cmd_sweep(args) -> int:
     if args.workers is not None and args.workers < 1:
         print("dvasim sweep: error: --workers must be >= 1", file=sys.stderr)
         return 2
+    check_stack(args.stack)
     check_out_dir(args.out)
-    table = sweep(args.sweep, args.out, workers=args.workers, dask=args.dask, figure=not args.no_figure)
+    table = sweep(args.sweep, args.out, workers=args.workers, dask=args.dask, figure=not args.no_figure,
+                  stack=args.stack, engine=args.engine)
     stuck = int((table["stuck"] != "").sum()) if "stuck" in table else 0
     print(f"dvasim sweep {args.sweep}: {len(table)} runs; results in {args.out}/results.csv, results.parquet"
           + ("" if args.no_figure else ", latency_vs_load.png"))
@@ -111,6 +175,7 @@ def cmd_capacity(args) -> int:
 
     from dvasim.capacity import capacity
 
+    check_stack(args.stack)
     check_out_dir(args.out)
 
     def show(p: dict) -> None:
@@ -119,16 +184,27 @@ def cmd_capacity(args) -> int:
 
     res = capacity(args.config, args.slo_ms, percentile=args.percentile, overrides=args.set,
                    confidence=args.confidence, resolution=args.resolution, lo=args.lo, hi=args.hi,
-                   max_queries=args.max_queries, progress=show)
+                   max_queries=args.max_queries, progress=show, stack=args.stack, engine=args.engine)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "capacity.json").write_text(json.dumps(res, indent=2) + "\n")
-    print(f"dvasim capacity {args.config}: {res['capacity_qps']:.2f} qps with p{args.percentile:g} <= "
+    print(f"dvasim capacity {args.config} [stack: {res.get('stack')}]: {res['capacity_qps']:.2f} qps with "
+          f"p{args.percentile:g} <= "
           f"{args.slo_ms:g} ms (resolution {res['resolution'] if res['resolution'] is not None else float('nan'):.1%}"
           f", {res['n_probes']} probes); {out}/capacity.json")
     if not res["top_exceeded"]:
         print(f"dvasim: warning: {res['note']}", file=sys.stderr)
     return 0
+
+
+def add_stack_arguments(p: argparse.ArgumentParser, every: bool = False) -> None:
+    """--stack and --engine, as run, capacity, sweep and compare take them."""
+    runs = "every run" if every else "the run"
+    p.add_argument("--stack", metavar="NAME", default=None,
+                   help=f"the serving stack {runs} simulates (over the config's [server] stack; `dvasim stacks` "
+                        "lists them)")
+    p.add_argument("--engine", metavar="ENGINE.toml", default=None,
+                   help=f"an engine file written by dvasim fit, merged over the config's [engine] for {runs}")
 
 
 def add_config_arguments(p: argparse.ArgumentParser, config_help: str) -> None:
@@ -191,8 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--csv", action=argparse.BooleanOptionalAction, default=None,
                    help="also write queries.csv (default: for runs of at most 100,000 queries; queries.parquet "
                         "is always written)")
-    p.add_argument("--engine", metavar="ENGINE.toml", default=None,
-                   help="an engine file written by dvasim fit, merged over the config's [engine]")
+    add_stack_arguments(p)
     p.add_argument("--timeline", type=int, nargs="?", const=20_000, default=0, metavar="N",
                    help="also write the first N stage executions (default 20,000) as timeline.json (open it in "
                         "https://ui.perfetto.dev or chrome://tracing) and a Gantt chart timeline.png")
@@ -210,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hi", type=float, default=None, help="top of the first bracket (qps, default: twice the "
                                                           "table's throughput bound)")
     p.add_argument("--max-queries", type=int, default=64_000, help="most queries in one probe (64,000)")
+    add_stack_arguments(p, every=True)
     p.set_defaults(func=cmd_capacity)
     p = sub.add_parser("sweep", help="many runs of one config with keys changed (grid, random draws, seeds), in "
                                      "parallel or on a Dask cluster; resumable")
@@ -218,11 +294,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=None, help="local processes (default: one per core; 1 = serial)")
     p.add_argument("--dask", metavar="tcp://HOST:PORT", default=None, help="run on this Dask scheduler instead")
     p.add_argument("--no-figure", action="store_true", help="skip latency_vs_load.png")
+    add_stack_arguments(p, every=True)
     p.set_defaults(func=cmd_sweep)
     p = sub.add_parser("policies", help="every batching policy a config can name, with its parameters")
     p.add_argument("name", nargs="?", default=None, help="one policy (or alias): its whole reference")
     p.add_argument("--json", action="store_true", help="as JSON")
     p.set_defaults(func=cmd_policies)
+    p = sub.add_parser("stacks", help="every serving stack a run can name (--stack), with its numbers and their "
+                                      "provenance")
+    p.add_argument("name", nargs="?", default=None, help="one stack: every parameter, its value and its source")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(func=cmd_stacks)
     sub.add_parser("compare", help="ZeroBatch / DelayBatch / DVABatch on the six models (paper Figs 14, 16), "
                                    "with Triton x2 and DVABatch ablations")
     sub.add_parser("fit", help="fit the simulator's engine to replay folders: dvasim fit DIR... --out engine.toml")

@@ -1,6 +1,11 @@
 """``dvasim compare``: the paper's Figures 14 and 16 in simulation (six models x three loads x ZeroBatch /
 DelayBatch / DVABatch on the Titan RTX tables), with DVABatch's latency reduction against each baseline, where
-that reduction comes from (DVABatch's cumulative ablations) and how Triton with two model instances compares."""
+that reduction comes from (DVABatch's cumulative ablations) and how Triton with two model instances compares.
+
+Every run names its serving stack (:mod:`dvasim.server`): ``--stack NAME`` runs them all on that stack, ``--engine
+ENGINE.toml`` with an engine file from ``dvasim fit``; by default each model runs on the stack its table implies
+(the Titan RTX tables: ``triton-tensorrt``). The tables, ``compare.csv`` and ``calibration.csv`` have a ``stack``
+column, and the figures' titles name the stacks."""
 
 from __future__ import annotations
 
@@ -37,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated variant labels to run (default: the DVABatch study's "
                          f"{', '.join(study.DEFAULT_LABELS)}); the papers' peer systems: "
                          + ", ".join(v.label for v in study.PEER_VARIANTS))
+    ap.add_argument("--stack", metavar="NAME", default=None,
+                    help="the serving stack of every run (default: the one each table implies; `dvasim stacks` "
+                         "lists them)")
+    ap.add_argument("--engine", metavar="ENGINE.toml", default=None,
+                    help="an engine file written by dvasim fit, merged over every run's [engine]")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in study.MODELS]
@@ -60,18 +70,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed < 0:
         print(f"dvasim compare: error: --seed: must be an integer >= 0, got {args.seed}", file=sys.stderr)
         return 2
+    served = {}
+    if args.stack is not None:
+        from dvasim.server.resolve import stack_by_name
+
+        stack_by_name(args.stack, "--stack")
+        served["stack"] = args.stack
+    if args.engine is not None:
+        from dvasim.config import apply_engine_file
+
+        apply_engine_file({}, args.engine)  # a bad file: one line naming --engine, before any run
+        served["engine_file"] = args.engine
     check_out_dir(args.out)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results, calib = study.compare(models, n_queries=1000 if args.quick else args.queries, seed=args.seed,
                                    workers=args.workers, device=args.device, refine=2 if args.quick else 4,
-                                   policies=labels, qos_ms=args.slo_ms, peak=args.peak)
+                                   policies=labels, qos_ms=args.slo_ms, peak=args.peak, **served)
     for what in calib.attrs.get("peak_at_ladder_top", []):
         where = (f"every level of the load ladder (up to {study.STEPPING['end_qps']:g} qps)" if args.peak == "stepping"
                  else "the top of the capacity search's bracket")
         print(f"dvasim compare: warning: {what}: {where} met the {args.slo_ms:g} ms SLO; its peak is only a lower "
               "bound", file=sys.stderr)
+    results, calib = with_stacks(results, calib, args.device, **served)
     red_mean = study.reductions(results, "mean_latency_ms")
     red_p99 = study.reductions(results, "p99_latency_ms")
     att = study.attribution(results, "mean_latency_ms")
@@ -82,19 +104,58 @@ def main(argv: list[str] | None = None) -> int:
     att.to_csv(out / "attribution.csv", index=False)
     from dvasim.plots import attribution_bars, policy_bars
 
-    policy_bars(results, "mean_latency_ms", out / "fig14_mean_latency.png", "mean latency (paper Figure 14)",
+    on = stack_title(results)
+    policy_bars(results, "mean_latency_ms", out / "fig14_mean_latency.png", f"mean latency (paper Figure 14){on}",
                 device=args.device)
-    policy_bars(results, "p99_latency_ms", out / "fig16_p99_latency.png", "p99 latency (paper Figure 16)",
+    policy_bars(results, "p99_latency_ms", out / "fig16_p99_latency.png", f"p99 latency (paper Figure 16){on}",
                 device=args.device, slo_ms=args.slo_ms)
     if att["share_multientry_pp"].notna().any():
         attribution_bars(att, out / "attribution.png",
-                         "DVABatch's mean-latency reduction vs DelayBatch, by step (points of DelayBatch's mean)")
+                         "DVABatch's mean-latency reduction vs DelayBatch, by step (points of DelayBatch's mean)" + on)
     print_report(results, calib, red, sys.stdout, args.slo_ms)
     if set(results["policy"]) - set(study.POLICIES):
         print_variants(results, sys.stdout)
     print_attribution(att, sys.stdout)
     print(f"\n{len(results)} runs in {time.perf_counter() - t0:.0f} s; results in {out}/")
     return 0
+
+
+def stack_of(model: str, device: str, stack: str | None = None, engine=None) -> str:
+    """The stack a compare run of ``model`` serves on (as :func:`dvasim.api.run` resolves it): ``stack``, else
+    ``custom`` for an engine file with a host, else the one the model's table implies."""
+    from dvasim import config as cfgmod
+    from dvasim.calibration.models import resolve_model
+    from dvasim.server.resolve import resolve_stack
+
+    raw = study.make_config(model, {"name": "zerobatch"}, {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1},
+                            device=device)
+    cfg = cfgmod.resolve(raw, engine=engine)
+    return resolve_stack(cfg, resolve_model(cfg["model"]), stack=stack).label
+
+
+def with_stacks(results: pd.DataFrame, calib: pd.DataFrame, device: str, stack: str | None = None,
+                engine_file=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``results`` and ``calib`` with a ``stack`` column after ``model``: each run's ``summary["stack"]`` where
+    the rows carry it, else the stack each model resolves to (:func:`stack_of`)."""
+    if "stack" not in results.columns or results["stack"].isna().any():
+        named = {m: stack_of(m, device, stack, engine_file) for m in dict.fromkeys(results["model"])}
+        filled = results["model"].map(named)
+        results = results.assign(stack=results["stack"].fillna(filled) if "stack" in results.columns else filled)
+    per_model = results.groupby("model", sort=False)["stack"].agg(lambda x: "/".join(dict.fromkeys(x)))
+    calib = calib.assign(stack=calib["model"].map(per_model))
+    return _after_model(results), _after_model(calib)
+
+
+def _after_model(df: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in df.columns if c != "stack"]
+    at = cols.index("model") + 1 if "model" in cols else 0
+    return df[cols[:at] + ["stack"] + cols[at:]]
+
+
+def stack_title(results: pd.DataFrame) -> str:
+    """A figure title's stack part: `` [stack: NAME]`` (the stacks of the runs, when they differ)."""
+    names = list(dict.fromkeys(results["stack"])) if "stack" in results else []
+    return f" [stack: {', '.join(map(str, names))}]" if names else ""
 
 
 def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, file,
@@ -107,6 +168,7 @@ def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, 
         piv = piv[[p for p in study.POLICIES if p in piv.columns]]
         r = red.set_index(["model", "load"])[[f"vs_zerobatch_%_{label}", f"vs_delaybatch_%_{label}"]]
         table = piv.join(r).reindex(sorted(piv.index, key=lambda k: (k[0], list(study.LOADS).index(k[1]))))
+        table = _stack_column(table, results)
         print(f"\n{label} latency (ms) and DVABatch's reduction (%):", file=file)
         print(table.round(2).to_string(), file=file)
         avg = red.groupby("load")[[f"vs_zerobatch_%_{label}", f"vs_delaybatch_%_{label}"]].mean()
@@ -118,6 +180,16 @@ def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, 
                   f"vs DelayBatch {row.iloc[1]:6.1f}% | {pdl:4.1f}%", file=file)
 
 
+def _stack_column(table: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """A (model, load)-indexed table with the rows' stack as its first column."""
+    if "stack" not in results:
+        return table
+    by = results.groupby(["model", "load"])["stack"].agg(lambda x: "/".join(dict.fromkeys(map(str, x))))
+    table = table.copy()
+    table.insert(0, "stack", [by.get(k, "") for k in table.index])
+    return table
+
+
 SHARE_NAMES = study.SHARE_NAMES
 X2_NAMES = {"zerobatch-x2": "ZeroBatch", "delaybatch-x2": "DelayBatch"}
 
@@ -127,7 +199,7 @@ def print_variants(results: pd.DataFrame, file) -> None:
     piv = results.pivot_table(index=["model", "load"], columns="policy", values="mean_latency_ms")
     order = [v for v in study.VARIANT_BY_LABEL if v in piv.columns]
     piv = piv[order + [c for c in piv.columns if c not in order]]
-    piv = piv.reindex(sorted(piv.index, key=lambda k: (k[0], list(study.LOADS).index(k[1]))))
+    piv = _stack_column(piv.reindex(sorted(piv.index, key=lambda k: (k[0], list(study.LOADS).index(k[1])))), results)
     print("\nmean latency (ms) of every variant (x2: two model instances; dva-*: DVABatch's cumulative ablations):",
           file=file)
     print(piv.round(2).to_string(), file=file)

@@ -6,16 +6,34 @@ with (``table_ms``, the GPU time), the real time its thread spent (``compute_ms`
 copying buffers (``copy_ms``), and the hand-off and book-keeping around it. From these the fit takes, per stage,
 the host model of :mod:`dvasim.sim.host` and the engine's delays:
 
-* **launch cost** ``launch_ms[s] + launch_per_row_ms[s] * b``: from executions that ran alone (no other stage
+* **launch cost**, first per stage ``a[s] + c[s] * b``: from executions that ran alone (no other stage
   execution overlapping them) and were bound by the host (``compute - copy > table``: the thread spent longer
   than the GPU needed). Per batch size the median, then a least-squares line with a slope >= 0, weighted by
-  the number of executions. A stage never host-bound gets launch cost 0 (the GPU time dominates). With
+  the number of executions. A stage never host-bound has no measured launch cost (the GPU time dominates) and
+  is left out of the law. The per-stage lines are then written as the **launch law** of :mod:`dvasim.sim.host`,
+  which fits any slicing of the model (:func:`launch_law`): ``launch_fixed_ms + launch_per_op_ms * ops[s]`` per
+  launch, ``ops[s]`` the operators in stage ``s``, fitted over the stages by non-negative least squares weighted by
+  ``1 / ops[s]`` (so the fitted stages' summed launch cost is kept: the normal equation of ``launch_per_op_ms``
+  is a zero sum of residuals); when the stages' operator counts are too alike to separate the two terms (the
+  largest below 1.5 times the smallest) ``launch_fixed_ms = 0`` and ``launch_per_op_ms = sum(a) / sum(ops)``; and
+  ``launch_model_per_row_ms = sum(c)``, a whole model's growth per row, shared by the stages by their
+  operators. The operators come from ``operators=`` (``--operators``, or ``--table``'s ``# slicing:`` cuts), else
+  from the replays' ``[model]`` (:func:`replay_operators`). ``[fit]`` keeps the per-stage lines and the law's
+  error on each stage. With
   ``--launch-table`` (a profiled launch table, :class:`dvasim.sim.host.LaunchTable`) the table's shape over batch
   sizes is kept and only ``launch_scale`` is fitted: the median of (compute - copy) / launch over the same
-  executions;
+  executions (a launch table is per stage: it fits only its own stage count);
 * with ``--gpu-table`` (GPU-true stage times), the GPU's share of every execution comes from that table instead of
   the replay's ``table_ms`` (the device model then sees the GPU work the policy's event-timed table hides);
-* **copies** ``copy_ms[s] + copy_per_row_ms[s] * b``: the same line through the measured ``copy_ms``;
+* **copies**: the same line per stage through the measured ``copy_ms``, written as single numbers that fit any
+  slicing (:func:`copy_law`): ``copy_ms``, ``copy_per_row_ms`` the median over the stages after the first (the
+  buffer copy every stage pays); the first stage's copy also moves the batch's input from the host (ResNet152 on
+  the H100: 0.15 ms more per row, a 602,112-byte image at 4 GB/s; BERT-base: 0.19 ms more per batch): its excess
+  is written as ``first_copy_ms`` / ``first_copy_per_row_ms``, held under the interpreter lock as the replay holds
+  it (any slicing has a first stage);
+* where the cuts leave the intercept unresolvable (time-even cuts give every stage nearly the same operators),
+  ``launch_per_op_ms`` comes from the middle stages and the first and last stages' differences from it are
+  ``first_launch_ms`` / ``last_launch_ms`` (the model's input and output sides: BERT-base's embedding and head);
 * ``launch_overhead_ms``: the mean hand-off + book-keeping per launch;
 * ``admission_delay_ms``: quantiles of (seen - arrival) over all queries, at levels 0, 0.05, ..., 0.95 and 0.999;
 * **stalls** ``stall_prob``, ``stall_ms``: executions far slower than the model explains (:func:`stalls`), and
@@ -240,6 +258,139 @@ def admission_quantiles(late) -> list[float] | None:
     return [float(max(0.0, x)) for x in np.quantile(late, ADMISSION_LEVELS)]
 
 
+# ----------------------------------------------------------------------------- laws that fit any slicing
+RESOLVABLE_OPS_RATIO = 1.5  # the launch law's intercept is fitted only when max(ops) >= this * min(ops)
+
+
+def table_operators(table) -> list[int] | None:
+    """The operators in each stage of a stage table (a :class:`LatencyTable` or its file), as a run on that table
+    counts them (:func:`dvasim.server.resolve.stage_operators`): a ``# operators:`` line with one count per stage,
+    or the model's total there and the ``cuts=[...]`` of its ``# slicing:`` line (what ``dvasim profile`` writes:
+    the H100 serving tables say ``operators: 157`` and ``slicing: at-cuts N=4 cuts=[0,39,78,118]``). ``None``
+    when the table says neither."""
+    from dvasim.calibration.models import ResolvedModel
+    from dvasim.calibration.table import LatencyTable
+    from dvasim.server.resolve import stage_operators
+
+    t = table if isinstance(table, LatencyTable) else LatencyTable.load(table)
+    ops, src = stage_operators(ResolvedModel(t))
+    return None if src.startswith("unknown") else [int(x) for x in ops]
+
+
+def replay_operators(runs: list[dict], n: int) -> tuple[list[int], str]:
+    """The operators in each stage of the replays' model: their ``[model]`` resolved as a run would
+    (:func:`dvasim.calibration.models.resolve_model`, :func:`dvasim.server.resolve.stage_operators`)."""
+    from dvasim.calibration.models import resolve_model
+    from dvasim.server.resolve import stage_operators
+
+    mc = dict(runs[0]["config"].get("model", {}))
+    if isinstance(mc.get("table"), str):
+        from dvasim.config import find_file
+
+        mc["table"] = str(find_file(mc["table"], runs[0]["dir"], "model.table"))
+    try:
+        model = resolve_model(mc)
+        ops, src = stage_operators(model)
+    except DvasimError as e:
+        raise ConfigError("--operators", f"the replays' [model] gives no operator counts ({e}); give them, e.g. "
+                                         "--operators 39,39,40,39") from None
+    if len(ops) != n:
+        raise ConfigError("--operators", f"the replays' [model] resolves to {len(ops)} stages, their executions have "
+                                         f"{n}; give the operators of the replayed cut")
+    return [int(x) for x in ops], src + " (the replays' [model] resolved today)"
+
+
+def launch_law(a, c, ops, used=None) -> dict[str, Any]:
+    """The launch law of per-stage launch lines ``a[s] + c[s] * b`` over stages of ``ops[s]`` operators (see the
+    module docstring); ``used``: which stages to fit on (default all). Returns the three law keys, ``resolvable``
+    and a sentence on how the intercept was found."""
+    o_all = np.asarray(ops, float)
+    used = np.ones(len(o_all), bool) if used is None else np.asarray(used, bool)
+    a_ = np.asarray(a, float)[used]
+    c_ = np.asarray(c, float)[used]
+    o = o_all[used]
+    if len(o) == 0:
+        return {"launch_fixed_ms": 0.0, "launch_per_op_ms": 0.0, "launch_model_per_row_ms": 0.0,
+                "resolvable": False, "how": "no stage was bound by the host: no launch cost measured, 0 taken"}
+    per_row = float(np.sum(c_) * o_all.sum() / o.sum())  # the stages fitted on stand for the whole model
+    spread = float(o.max() / o.min())
+    if len(o) >= 2 and spread >= RESOLVABLE_OPS_RATIO:
+        w = np.sqrt(1.0 / o)
+        A = np.stack([np.ones_like(o), o], axis=1) * w[:, None]
+        f, p = np.linalg.lstsq(A, a_ * w, rcond=None)[0]
+        if f < 0:
+            f, p = 0.0, float(a_.sum() / o.sum())
+            how = "fitted intercept < 0: launch_fixed_ms = 0, launch_per_op_ms = sum(launch) / sum(ops)"
+        elif p < 0:
+            f, p = float(a_.mean()), 0.0
+            how = "fitted slope < 0: launch_per_op_ms = 0, launch_fixed_ms = the stages' mean launch"
+        else:
+            how = ("least squares over the stages, weighted by 1 / ops (ops from "
+                   f"{int(o.min())} to {int(o.max())}: the intercept is resolved)")
+        return {"launch_fixed_ms": float(f), "launch_per_op_ms": float(p), "launch_model_per_row_ms": per_row,
+                "resolvable": True, "how": how}
+    why = ("one stage" if len(o) < 2 else
+           f"the stages have {int(o.min())} to {int(o.max())} operators (max / min {spread:.2f} < "
+           f"{RESOLVABLE_OPS_RATIO:g})")
+    n = len(o_all)
+    a_all = np.asarray(a, float)
+    middle = used.copy()
+    middle[0] = middle[-1] = False
+    if n >= 3 and used[0] and used[-1] and middle.any():
+        # the middle stages give the cost per operator; the first and the last stage's differences from it are the
+        # model's input and output sides (embedding, head, the batch's own handling), which any slicing keeps
+        p = float(a_all[middle].sum() / o_all[middle].sum())
+        first, last = float(a_all[0] - p * o_all[0]), float(a_all[-1] - p * o_all[-1])
+        return {"launch_fixed_ms": 0.0, "launch_per_op_ms": p, "launch_model_per_row_ms": per_row,
+                "first_launch_ms": first, "last_launch_ms": last, "resolvable": False,
+                "how": f"intercept not resolvable ({why}): launch_fixed_ms = 0, launch_per_op_ms = the middle "
+                       f"stages' sum(launch) / sum(ops); the first and last stages' differences from it are "
+                       f"first_launch_ms ({first:+.4f}) and last_launch_ms ({last:+.4f})"}
+    return {"launch_fixed_ms": 0.0, "launch_per_op_ms": float(a_.sum() / o.sum()), "launch_model_per_row_ms": per_row,
+            "resolvable": False,
+            "how": f"intercept not resolvable ({why}): launch_fixed_ms = 0, launch_per_op_ms = sum(launch) / sum(ops)"}
+
+
+def law_stage_launch(law: dict[str, Any], ops) -> tuple[list[float], list[float]]:
+    """The per-stage launch lines ``(a, c)`` the law gives stages of ``ops`` operators (as the simulator's host
+    model applies it, :func:`dvasim.sim.host.host_from_config`)."""
+    total = float(sum(ops))
+    a = [law["launch_fixed_ms"] + law["launch_per_op_ms"] * o for o in ops]
+    a[0] += law.get("first_launch_ms", 0.0)
+    a[-1] += law.get("last_launch_ms", 0.0)
+    c = [law["launch_model_per_row_ms"] * o / total for o in ops]
+    return a, c
+
+
+def copy_law(copy_a, copy_c, model: str | None = None, seq_len: float | None = None) -> dict[str, Any]:
+    """Single-number copies from the per-stage copy lines (see the module docstring): ``copy_ms``,
+    ``copy_per_row_ms`` (the buffer copy every stage pays: the median of stages 1.. ), ``first_copy_ms`` and
+    ``first_copy_per_row_ms`` (what the first stage copies more: the batch's inputs brought in, under the
+    interpreter lock as the replay does it) and a sentence on the choice. ``model``, ``seq_len``: for the note's
+    bandwidth of the inputs' copy."""
+    from dvasim.server.costs import model_io
+
+    a = [float(x) for x in copy_a]
+    c = [float(x) for x in copy_c]
+    if len(a) < 2:
+        return {"copy_ms": a[0], "copy_per_row_ms": c[0], "first_copy_ms": 0.0, "first_copy_per_row_ms": 0.0,
+                "how": "one stage: its copy line, written as single numbers"}
+    base_a, base_c = float(np.median(a[1:])), float(np.median(c[1:]))
+    extra_a, extra_c = a[0] - base_a, c[0] - base_c
+    n = len(a)
+    how = (f"copy_ms, copy_per_row_ms: the median of stages 1..{n - 1}'s copy lines (the buffer copy every stage "
+           f"pays); first_copy_ms {extra_a:+.4f} and first_copy_per_row_ms {extra_c:+.5f}: what the first stage "
+           "copies more (the batch's inputs brought in), under the interpreter lock")
+    (i_b, i_tok, _), why = model_io(model)
+    row_bytes = i_b + i_tok * float(seq_len or 0.0)
+    if extra_c > 0 and row_bytes > 0:
+        how += f" ({row_bytes:,.0f} bytes a query, {why}: {row_bytes / (extra_c * 1e6):.2f} GB/s)"
+    # a stage's copy may not go below 0
+    extra_a, extra_c = max(extra_a, -base_a), max(extra_c, -base_c)
+    return {"copy_ms": base_a, "copy_per_row_ms": base_c, "first_copy_ms": extra_a, "first_copy_per_row_ms": extra_c,
+            "how": how}
+
+
 def _n_stages(runs: list[dict]) -> int:
     ns = {int(r["executions"]["stage"].max()) + 1 for r in runs}
     cfg_stages = {r["config"].get("model", {}).get("stages") for r in runs} - {None}
@@ -258,9 +409,12 @@ def _model_of(runs: list[dict]) -> str | None:
 
 def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, host_cores: int = 16,
         python_ms: float = 0.0, alone_below: float = 0.05, gpu_table: str | None = None,
-        fit_cores_from_overlap: bool = False) -> dict[str, Any]:
+        fit_cores_from_overlap: bool = False, operators: list[int] | None = None,
+        operators_source: str | None = None) -> dict[str, Any]:
     """Fit the engine to the replay folders ``dirs`` (one model). Returns ``{"engine": {...}, "fit": {...}}``:
-    the ``[engine]`` section (with ``[engine.host]``) and the evidence."""
+    the ``[engine]`` section (with ``[engine.host]``, and ``[engine.transfer]`` for the first stage's input copy)
+    and the evidence. ``operators``: the operators in each replayed stage (default: from the replays' ``[model]``,
+    :func:`replay_operators`), ``operators_source`` where they come from (kept in ``[fit]``)."""
     from dvasim.sim.host import MODULE_KINDS, LaunchTable
 
     runs = [r if isinstance(r, dict) else read_replay(r) for r in dirs]
@@ -273,6 +427,15 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     if len(kinds) != 1 or not kinds <= set(MODULE_KINDS):
         raise ConfigError("fit", f"the folders ran different or unknown module kinds ({sorted(kinds)}); give --modules")
     kind = kinds.pop()
+    if operators is not None:
+        ops = [int(x) for x in operators]
+        if len(ops) != n or min(ops) < 1:
+            raise ConfigError("--operators", f"give {n} operator counts >= 1 (one per replayed stage), got {operators}")
+        ops_src = operators_source or "given"
+    elif launch_table is None:
+        ops, ops_src = replay_operators(runs, n)
+    else:  # a launch table's costs are per stage: no law, no operators needed
+        ops, ops_src = None, None
     ex = []
     for k, r in enumerate(runs):
         e = r["executions"].copy()
@@ -318,16 +481,25 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
         else:
             launch_a.append(0.0)
             launch_c.append(0.0)
+    law = None
+    per_stage = {"launch_ms": list(launch_a), "launch_per_row_ms": list(launch_c), "copy_ms": list(copy_a),
+                 "copy_per_row_ms": list(copy_c)}
     if table is not None:
         host["launch_table"] = str(Path(launch_table).resolve())
         host["launch_scale"] = float(np.median(ratios)) if ratios else 1.0
-    else:
-        host["launch_ms"] = launch_a
-        host["launch_per_row_ms"] = launch_c
+    else:  # the per-stage lines as the law that fits any slicing
+        law = launch_law(launch_a, launch_c, ops, used=[k > 0 for k in n_bound])
+        host.update({k: law[k] for k in ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms",
+                                          "first_launch_ms", "last_launch_ms") if k in law})
+        # (jitter, stalls and cores below are measured against each stage's own line: a stall is a launch far
+        # slower than its stage's typical one, not the law's error on that stage)
     if gpu_table is not None:
         host["gpu_table"] = str(Path(gpu_table).resolve())
-    host["copy_ms"] = copy_a
-    host["copy_per_row_ms"] = copy_c
+    lens_all = e["seq_len"] if "seq_len" in e else pd.Series(dtype=float)
+    med_len = float(np.nanmedian(lens_all.to_numpy(float))) if len(lens_all) and lens_all.notna().any() else None
+    copies = copy_law(copy_a, copy_c, model, med_len)
+    for k in ("copy_ms", "copy_per_row_ms", "first_copy_ms", "first_copy_per_row_ms"):
+        host[k] = copies[k]
     host["python_ms"] = float(python_ms)
 
     # jitter: real / modelled time of the executions that ran alone, relative to their (stage, batch) median
@@ -412,8 +584,41 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     }
     if cores_fit:
         evidence["cores_fit"] = json.dumps(cores_fit)
+    evidence.update(_slicing_notes(per_stage, law, ops, ops_src, copies, int(e["batch_size"].max())))
+    if gpu_table is not None:
+        evidence["gpu_table_note"] = "host.gpu_table is per stage: this engine file fits only its stage count"
     engine["host"] = host
     return {"engine": engine, "fit": evidence}
+
+
+def _slicing_notes(per_stage: dict[str, list[float]], law: dict[str, Any] | None, ops: list[int] | None,
+                   ops_src: str | None,
+                   copies: dict[str, Any], b_max: int) -> dict[str, Any]:
+    """``[fit]`` notes: the per-stage lines the laws were made from, and the launch law's error on each stage."""
+    r = lambda xs: [round(float(x), 6) for x in xs]  # noqa: E731
+    out: dict[str, Any] = {} if ops is None else {"stage_operators": list(ops), "stage_operators_source": ops_src}
+    if law is not None:
+        la, lc = law_stage_launch(law, ops)
+        a, c = per_stage["launch_ms"], per_stage["launch_per_row_ms"]
+
+        def err(b):
+            return [round((x + y * b) / (p + q * b) - 1.0, 4) if p + q * b > 0 else 0.0
+                    for x, y, p, q in zip(la, lc, a, c)]
+
+        out.update(
+            launch_law="per launch of stage s: launch_fixed_ms + launch_per_op_ms * ops[s] + launch_model_per_row_ms"
+                       " * ops[s] / sum(ops) * b (any slicing: dvasim.sim.host)",
+            launch_law_fit=law["how"],
+            launch_ms_by_stage=r(a), launch_per_row_ms_by_stage=r(c),
+            launch_law_ms_by_stage=r(la), launch_law_per_row_ms_by_stage=r(lc),
+            launch_law_rel_err_by_stage_b1=err(1), **{f"launch_law_rel_err_by_stage_b{b_max}": err(b_max)},
+        )
+    else:
+        out["launch_law"] = ("not written: --launch-table keeps the profiled table's per-stage shape, so this engine "
+                             "file fits only that table's stage count")
+    out.update(copy_law=copies["how"], copy_ms_by_stage=r(per_stage["copy_ms"]),
+               copy_per_row_ms_by_stage=r(per_stage["copy_per_row_ms"]))
+    return out
 
 
 def _nan(x) -> bool:
@@ -443,11 +648,12 @@ def engine_toml(result: dict[str, Any]) -> str:
     lines = ["# written by dvasim fit: the simulator's engine fitted to real replays",
              "# use: dvasim run CONFIG.toml --engine THIS_FILE   (or dvasim.run(config, engine=THIS_FILE))", ""]
     eng = dict(result["engine"])
-    host = eng.pop("host", None)
+    subs = {k: eng.pop(k) for k in list(eng) if isinstance(eng[k], dict)}  # [engine.host], [engine.transfer]
     lines.append("[engine]")
     lines += [f"{k} = {_toml_value(v)}" for k, v in eng.items()]
-    if host:
-        lines += ["", "[engine.host]"] + [f"{k} = {_toml_value(v)}" for k, v in host.items()]
+    for name, table in subs.items():
+        if table:
+            lines += ["", f"[engine.{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
     lines += ["", "[fit]"] + [f"{k} = {_toml_value(v)}" for k, v in result["fit"].items() if v is not None]
     return "\n".join(lines) + "\n"
 
@@ -475,6 +681,9 @@ def cli_fit(argv=None) -> int:
                         "table timed host-bound launches")
     p.add_argument("--modules", default=None, help="module kind the replays ran (default: from their configs)")
     p.add_argument("--host-cores", default="16", help="launching cores of the replay's host (not fitted)")
+    p.add_argument("--operators", default=None, metavar="N,N,...",
+                   help="the operators in each replayed stage, for the launch law (default: the cuts of --table's "
+                        "'# slicing:' line when it has them, else the replays' [model] resolved today)")
     p.add_argument("--fit-cores", action="store_true",
                    help="fit host.cores from launches that overlapped others (needs DVABatch or multi-instance replays)")
     p.add_argument("--table", default=None,
@@ -488,8 +697,24 @@ def cli_fit(argv=None) -> int:
             cores = 0
         if cores < 1:
             raise ConfigError("--host-cores", f"must be an integer >= 1, got {args.host_cores!r}")
+        ops = ops_src = None
+        if args.operators is not None:
+            ops_src = "--operators"
+            try:
+                ops = [int(x) for x in args.operators.split(",") if x.strip()]
+            except ValueError:
+                ops = []
+            if not ops or min(ops) < 1:
+                raise ConfigError("--operators", f"must be comma-separated counts >= 1, e.g. 39,39,40,39; got "
+                                                 f"{args.operators!r}")
+        elif args.table is not None:
+            from dvasim.config import find_file
+
+            ops = table_operators(find_file(args.table, None, "--table"))
+            ops_src = f"--table's '# operators:' and '# slicing:' lines ({args.table})" if ops else None
         res = fit(args.dirs, launch_table=args.launch_table, modules=args.modules, host_cores=cores,
-                  gpu_table=args.gpu_table, fit_cores_from_overlap=args.fit_cores)
+                  gpu_table=args.gpu_table, fit_cores_from_overlap=args.fit_cores, operators=ops,
+                  operators_source=ops_src)
         out = write_engine(res, args.out)
         checks = None
         if args.table is not None:
@@ -507,12 +732,19 @@ def cli_fit(argv=None) -> int:
     h = res["engine"]["host"]
     print(f"dvasim fit: {len(f['folders'])} folders, {f['n_executions']} executions ({f['n_alone']} alone) of "
           f"{f['model']} ({f['modules']}, {f['stages']} stages) -> {out}")
-    if "launch_ms" in h:
-        print("  launch ms per stage: " + ", ".join(f"{a:.3f}+{c:.4f}b" for a, c in
-                                                    zip(h["launch_ms"], h["launch_per_row_ms"])))
+    if "launch_per_op_ms" in h:
+        print("  launch ms per stage fitted: " + ", ".join(f"{a:.3f}+{c:.4f}b" for a, c in
+                                                           zip(f["launch_ms_by_stage"], f["launch_per_row_ms_by_stage"])))
+        print(f"  launch law (any slicing): {h['launch_fixed_ms']:.3f} + {h['launch_per_op_ms']:.4f} * ops + "
+              f"{h['launch_model_per_row_ms']:.4f} * ops/sum(ops) * b ms; stages of {f['stage_operators']} "
+              f"operators: " + ", ".join(f"{x:+.1%}" for x in f["launch_law_rel_err_by_stage_b1"]) + " at batch 1")
+        print(f"    {f['launch_law_fit']}")
     else:
         print(f"  launch_scale: {h['launch_scale']:.3f} on {h['launch_table']}")
-    print("  copy ms per stage:   " + ", ".join(f"{a:.3f}+{c:.4f}b" for a, c in zip(h["copy_ms"], h["copy_per_row_ms"])))
+    print("  copy ms per stage fitted:   " + ", ".join(f"{a:.3f}+{c:.4f}b" for a, c in
+                                                       zip(f["copy_ms_by_stage"], f["copy_per_row_ms_by_stage"])))
+    print(f"  copies (any slicing): {h['copy_ms']:.3f} + {h['copy_per_row_ms']:.4f}b ms per launch; the first stage "
+          f"{h.get('first_copy_ms', 0.0):+.3f} {h.get('first_copy_per_row_ms', 0.0):+.4f}b more (its inputs)")
     print(f"  launch_overhead_ms {res['engine']['launch_overhead_ms']:.3f}, service_cv {res['engine']['service_cv']:.3f}")
     for c in checks or []:
         print(f"  {c['folder']}: simulated vs real throughput {c['err_throughput_qps']:+.1%}, mean "

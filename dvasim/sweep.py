@@ -24,6 +24,11 @@ A sweep file (TOML)::
     [capacity]                           # optional: each point is a capacity search instead of one run
     slo_ms = 50                          # (dvasim.capacity: percentile = 99, confidence, resolution, max_queries)
 
+``dvasim sweep --stack NAME`` (``sweep(..., stack=NAME)``) runs every point on that serving stack (over the
+configs' ``[server] stack``, as ``dvasim run --stack``); ``--engine ENGINE.toml`` (``engine=``) merges an engine file
+from ``dvasim fit`` into the base config before its ``set`` and the swept values (as ``dvasim run --engine`` does
+before ``--set``), so the file travels inside every point's config to any worker.
+
 A dotted key ``section.key`` sets one key (``engine.host.key`` a key of ``[engine.host]``); a value ``"unset"``
 given as ``{unset = true}`` removes the key. Runs are independent and deterministic, so a sweep's results do
 not depend on where or in which order its runs ran: serially (``workers = 1``), in local processes (the
@@ -206,10 +211,12 @@ def run_key(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def expand(sweep: dict[str, Any]) -> list[Point]:
+def expand(sweep: dict[str, Any], *, stack: str | None = None, engine: str | Path | None = None) -> list[Point]:
     """Every run of a loaded sweep, in a fixed order: grid points, each with every random draw, each with every
-    seed."""
-    base = cfgmod.apply_overrides(cfgmod.load_toml(sweep["base"]), _set_list(sweep.get("set")))
+    seed. ``engine``: an engine file merged into the base config first; ``stack``: the stack every point runs on
+    (part of each point's cache key)."""
+    base = cfgmod.apply_engine_file(cfgmod.load_toml(sweep["base"]), None if engine is None else str(engine))
+    base = cfgmod.apply_overrides(base, _set_list(sweep.get("set")))
     points = []
     seeds = _seeds(sweep.get("seeds"))
     for g in _grid(sweep.get("grid")):
@@ -223,6 +230,8 @@ def expand(sweep: dict[str, Any]) -> list[Point]:
                     _set_dotted(raw, k, v, f"sweep.grid.{k}")
                 key = run_key(raw) if sweep.get("capacity") is None else hashlib.sha256(
                     (run_key(raw) + json.dumps(sweep["capacity"], sort_keys=True)).encode()).hexdigest()[:20]
+                if stack is not None:
+                    key = hashlib.sha256(f"{key} stack={stack}".encode()).hexdigest()[:20]
                 points.append(Point(values, raw, key))
     return points
 
@@ -236,9 +245,11 @@ def _set_list(value: Any) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- running
-def run_point(config: dict[str, Any], capacity: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_point(config: dict[str, Any], capacity: dict[str, Any] | None = None,
+              stack: str | None = None) -> dict[str, Any]:
     """One run (in any process): its summary's scalars and its wall time; with ``capacity`` (the sweep's
-    ``[capacity]`` table), the capacity search's result instead (``capacity_qps``, its bracket and probes)."""
+    ``[capacity]`` table), the capacity search's result instead (``capacity_qps``, its bracket and probes).
+    ``stack``: the serving stack's name (a plain string, so it travels to any worker)."""
     import warnings
 
     import dvasim
@@ -249,7 +260,7 @@ def run_point(config: dict[str, Any], capacity: dict[str, Any] | None = None) ->
         from dvasim.capacity import capacity as find_capacity
 
         cap = dict(capacity)
-        res = find_capacity(config, cap.pop("slo_ms"), **cap)
+        res = find_capacity(config, cap.pop("slo_ms"), stack=stack, **cap)
         out = {k: v for k, v in res.items() if isinstance(v, (int, float, str, bool)) or v is None}
         out["bracket_lo_qps"], out["bracket_hi_qps"] = res["bracket_qps"]
         out["stuck"] = ""
@@ -257,7 +268,7 @@ def run_point(config: dict[str, Any], capacity: dict[str, Any] | None = None) ->
         return out
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IncompleteRunWarning)
-        res = dvasim.run(config, progress=False)
+        res = dvasim.run(config, progress=False, stack=stack)
     out = {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str, bool)) or v is None}
     out["stuck"] = res.stuck or ""
     out["run_wall_s"] = time.perf_counter() - t0
@@ -276,13 +287,19 @@ def _cached(runs_dir: Path, key: str) -> dict[str, Any] | None:
 
 def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, dask: Any = None,
           progress: bool = True, figure: bool = True,
-          on_result: Callable[[Point, dict], None] | None = None) -> pd.DataFrame:
+          on_result: Callable[[Point, dict], None] | None = None, stack: str | None = None,
+          engine: str | Path | None = None) -> pd.DataFrame:
     """Run the sweep file ``path`` into ``out_dir`` (see the module docstring); returns the results table.
 
     ``workers``: local processes (default: one per core; 1 = in this process). ``dask``: a scheduler address
-    (``"tcp://HOST:PORT"``) or a ``distributed.Client``: the runs go to that cluster instead."""
+    (``"tcp://HOST:PORT"``) or a ``distributed.Client``: the runs go to that cluster instead. ``stack``: the
+    serving stack of every run, by name; ``engine``: an engine file (``dvasim fit``) for every run."""
+    if stack is not None:
+        from dvasim.server.resolve import stack_by_name
+
+        stack_by_name(stack, "--stack")
     spec = load_sweep(path)
-    points = expand(spec)
+    points = expand(spec, stack=stack, engine=engine)
     out = Path(out_dir)
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -312,7 +329,7 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
             bar.update(1)
 
     try:
-        _execute(todo, done, workers, dask, spec.get("capacity"))
+        _execute(todo, done, workers, dask, spec.get("capacity"), stack)
     finally:
         if bar is not None:
             bar.close()
@@ -330,7 +347,7 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
 
 
 def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: int | None, dask: Any,
-             capacity: dict | None = None) -> None:
+             capacity: dict | None = None, stack: str | None = None) -> None:
     if not todo:
         return
     if dask is not None:
@@ -338,7 +355,7 @@ def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: in
 
         client = dask if isinstance(dask, Client) else Client(dask)
         try:
-            futures = {client.submit(run_point, p.config, capacity, key=f"dvasim-run-{p.key}", pure=False): p
+            futures = {client.submit(run_point, p.config, capacity, stack, key=f"dvasim-run-{p.key}", pure=False): p
                        for p in todo}
             for fut in as_completed(futures):
                 done(futures[fut], fut.result())
@@ -349,10 +366,10 @@ def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: in
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(todo) == 1:
         for p in todo:
-            done(p, run_point(p.config, capacity))
+            done(p, run_point(p.config, capacity, stack))
         return
     with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-        futures = {pool.submit(run_point, p.config, capacity): p for p in todo}
+        futures = {pool.submit(run_point, p.config, capacity, stack): p for p in todo}
         from concurrent.futures import as_completed as cf_completed
 
         for fut in cf_completed(futures):

@@ -59,6 +59,11 @@ HOST_KEYS = {
     "launch_per_op_ms": "the launch law: host cost per operator of the launched stage (ms)",
     "launch_model_per_row_ms": "the launch law: a whole model's launch growth per batch row, shared by the stages "
                                "in proportion to their operators (ms)",
+    "first_launch_ms": "more (or, negative, less) launch cost of the first stage than its operators imply (ms; "
+                       "the model's input side: any slicing has a first stage)",
+    "last_launch_ms": "more (or less) launch cost of the last stage than its operators imply (ms; the output side)",
+    "first_copy_ms": "more copy cost of the first stage's launch: the batch's inputs brought in (ms, under the lock)",
+    "first_copy_per_row_ms": "more copy cost of the first stage per batch row (ms, under the lock)",
     "launch_scale": "factor on every launch cost (a host faster or slower than the profiled one)",
     "copy_ms": "per-stage buffer-copy cost of a launch at batch 0 (number or list, ms; holds the interpreter lock)",
     "copy_per_row_ms": "per-stage growth of the copy cost per batch row (number or list, ms)",
@@ -229,6 +234,16 @@ def _per_stage(d: dict, key: str, n: int, default: float = 0.0) -> list[float]:
     return [float(x) for x in vals]
 
 
+BOUNDARY_KEYS = ("first_launch_ms", "last_launch_ms", "first_copy_ms", "first_copy_per_row_ms")
+
+
+def _signed(d: dict, key: str) -> float:
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ConfigError(f"engine.host.{key}", f"must be a finite number (ms), got {v!r}")
+    return float(v)
+
+
 def _num(d: dict, key: str, default: float, lo: float, what: str, strict: bool = False,
          top: float = math.inf) -> float:
     v = d.get(key, default)
@@ -308,11 +323,27 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None,
         if table.n_stages(modules) != n_stages:
             raise ConfigError("engine.host.launch_table", f"{table.path} has {table.n_stages(modules)} stages for "
                                                           f"{modules}; the model has {n_stages}")
+    launch_ms = _per_stage(d, "launch_ms", n_stages)
+    copy_ms, copy_per_row = _per_stage(d, "copy_ms", n_stages), _per_stage(d, "copy_per_row_ms", n_stages)
+    # the boundaries of the model (any slicing has a first and a last stage): the inputs' side and the outputs'
+    edges = {k: _signed(d, k) for k in BOUNDARY_KEYS if k in d}
+    if table is not None and ("first_launch_ms" in edges or "last_launch_ms" in edges):
+        raise ConfigError("engine.host.first_launch_ms", "a launch table gives every stage's launch; drop "
+                                                         "first_launch_ms / last_launch_ms")
+    for key, lst, s_ in (("first_launch_ms", launch_ms, 0), ("last_launch_ms", launch_ms, n_stages - 1),
+                         ("first_copy_ms", copy_ms, 0), ("first_copy_per_row_ms", copy_per_row, 0)):
+        if key in edges:
+            lst[s_] = lst[s_] + edges[key]
+            if lst[s_] < 0:
+                raise ConfigError(f"engine.host.{key}", f"leaves stage {s_} a negative cost ({lst[s_]:.4f} ms); "
+                                                        "it may lower a stage's cost at most to 0")
+    if edges:
+        law = {**law, **edges}
     return HostModel(
         n_stages=n_stages, modules=modules, cores=cores,
-        launch_ms=_per_stage(d, "launch_ms", n_stages), launch_per_row_ms=_per_stage(d, "launch_per_row_ms", n_stages),
-        launch_scale=scale, copy_ms=_per_stage(d, "copy_ms", n_stages),
-        copy_per_row_ms=_per_stage(d, "copy_per_row_ms", n_stages), python_ms=py, table=table,
+        launch_ms=launch_ms, launch_per_row_ms=_per_stage(d, "launch_per_row_ms", n_stages),
+        launch_scale=scale, copy_ms=copy_ms,
+        copy_per_row_ms=copy_per_row, python_ms=py, table=table,
         stall_prob=sp, stall_ms=[float(x) for x in stall], gpu_table=gpu_table,
         stall_cluster_prob=scp, stall_window_ms=sw, law=law, operators=ops if law else None,
     )

@@ -4,7 +4,8 @@
 
 For each model in traces/h100_replays/: `dvasim fit <model>_zerobatch_* --out engine_<model>.toml` (less the
 ZeroBatch folders that are noise by the rule below: BERT-base at 0.3, whose two runs had means of 441 and 17 ms),
-then every
+the launch law's operators those of the cut the replays ran (`--table <model>_serving_table.csv`: its '# slicing:'
+cuts; the replays' `stages = 4` cuts the zoo elsewhere today), then every
 DelayBatch and DVABatch folder simulated with `[model] table = <model>_serving_table.csv` and that engine file,
 scored against the mean of its two real runs (throughput within 5%, mean within 15%, p99 within 25%; cases whose
 real runs differ by more than half their mean are noise). Writes results.csv and prints the table.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dvasim.fit import fit, write_engine
+from dvasim.fit import fit, table_operators, write_engine
 from dvasim.fitcheck import is_noise, real_runs, score_case
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +47,11 @@ def main(argv=None) -> int:
                                           float(d.name.rsplit("_", 1)[1]))["mean_latency_ms"])]
         table = rep / f"{model}_launch.csv" if args.launch_table else None
         gpu = rep / f"{model}_gpu_table.csv" if args.gpu_table else None
-        fitted = fit(dirs, launch_table=table, gpu_table=gpu)
+        # the launch law's operators: the cut the replays ran (the serving table's '# slicing:' line), not the one
+        # the replays' [model] stages = 4 resolves to today (the zoo's h100 cut moved since: traces/h100_replays)
+        ops = table_operators(rep / f"{model}_serving_table.csv")
+        fitted = fit(dirs, launch_table=table, gpu_table=gpu, operators=ops,
+                     operators_source=f"{model}_serving_table.csv's '# slicing:' cuts (the cut the replays ran)")
         tag = ("_launchtable" if args.launch_table else "") + ("_gputable" if args.gpu_table else "")
         eng = write_engine(fitted, out / f"engine_{model}{tag}.toml")
         for policy in ("delaybatch", "dvabatch"):
