@@ -19,7 +19,7 @@ ZERO = dict(request_ms=0.0, request_per_row_ms=0.0, gather_per_row_ms=0.0, gathe
             python_ms=0.0, corun_per_worker=0.0, interpreter_lock=False)
 
 
-def _table(tmp_path, rows, name="t.csv", header=""):
+def _table(tmp_path, rows, name="t.csv", header="# operators: 1\n"):
     p = tmp_path / name
     p.write_text(header + "stage,batch_size,latency_ms\n" + "".join(f"{s},{b},{t}\n" for s, b, t in rows))
     return str(p)
@@ -42,7 +42,7 @@ HAND = dict(ZERO, request_ms=1.0, request_per_row_ms=0.5, gather_per_row_ms=0.25
             gather_gbps=IN_B / 1.0 / 1e6,  # 1 ms per row gathered
             h2d_gbps=IN_B / 2.0 / 1e6,     # 2 ms per row copied
             sync_ms=0.5, d2h_gbps=OUT_B / 1.0 / 1e6,  # 1 ms per row copied back
-            launch_fixed_ms=3.0, launch_per_op_ms=1.0)  # one operator per stage assumed: a 4 ms launch
+            launch_fixed_ms=3.0, launch_per_op_ms=1.0)  # the table's one operator: a 4 ms launch
 ZB1 = {"name": "zerobatch", "max_batch_size": 1}
 
 
@@ -157,7 +157,8 @@ def test_every_run_names_its_stack_and_the_table_implies_it(tmp_path):
                          ({"name": "vgg19", "device": "h100", "stages": 2}, "cudagraph"),
                          ({"name": "vgg19", "device": "cpu", "stages": 2}, "as-profiled"),
                          ({"table": _table(tmp_path, ROWS)}, "as-profiled"),
-                         ({"table": _table(tmp_path, ROWS, "s.csv", "# stack: tfserving\n")}, "tfserving")):
+                         ({"table": _table(tmp_path, ROWS, "s.csv", "# stack: tfserving\n# operators: 3\n")},
+                          "tfserving")):
         res = dvasim.run({**cfg, "model": model})
         assert res.summary["stack"] == stack
         assert res.config["server"]["name"] == stack and res.config["server"]["source"].startswith("implied")
@@ -209,3 +210,22 @@ def test_the_memory_pool_replaces_the_gather_and_the_copy(tmp_path):
                "engine": {"transfer": {"mode": mode, **xfer}},
                "workload": {"kind": "explicit", "arrivals_ms": [0.0]}}
         assert _lat(dvasim.run(cfg)) == pytest.approx([want], abs=1e-9), mode
+
+
+def test_a_launch_per_operator_needs_the_stages_operators(tmp_path):
+    table = _table(tmp_path, ROWS, "bare.csv", header="")
+    with pytest.raises(ConfigError) as e:
+        _run(table, [0.0], ZB1, {"stack": "tfserving"})
+    assert e.value.field == "model.table" and "operators" in str(e.value)
+    # a stack without a per-operator cost, or a table that names them, runs
+    assert _run(table, [0.0], ZB1, {"stack": "tfserving", "launch_per_op_ms": 0.0}).summary["n_completed"] == 1
+
+
+def test_an_engine_host_replaces_the_stack_launch_model_and_its_measured_inputs(tmp_path):
+    # [engine.host] with the inputs' path measured (first_copy_ms): the stack keeps only its request and exit costs
+    table = _table(tmp_path, ROWS)
+    cfg = {"model": {"table": table}, "policy": ZB1, "server": {"stack": "tfserving", **HAND},
+           "engine": {"host": {"modules": "torchscript", "launch_ms": 2.0, "first_copy_ms": 3.0}},
+           "workload": {"kind": "explicit", "arrivals_ms": [0.0]}}
+    # request 1 + 0.5, the measured input copy 3 (under the lock), GPU 10 (the 2 ms launch beside it), exit 1.5
+    assert _lat(dvasim.run(cfg)) == pytest.approx([1.5 + 3.0 + 10.0 + 1.5], abs=1e-9)

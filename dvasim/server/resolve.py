@@ -11,7 +11,12 @@ Precedence:
    (``cudagraph``), the CPU tables are measured stage times (``as-profiled``); a table file names its stack in a
    ``# stack:`` provenance line, else it is ``as-profiled``.
 
-An explicit ``[engine.host]`` under a named stack overrides that stack's launch model key by key.
+An explicit ``[engine.host]`` under a named stack replaces that stack's launch model (launches, copies, Python-level
+work, cores) as a whole; the stack keeps its per-batch costs, except the inputs' gathering and copy where the
+``[engine.host]`` measured them itself (``first_copy_ms`` / ``first_copy_per_row_ms``, as ``dvasim fit`` writes).
+
+A launch cost per operator needs the operators in each stage: a table that gives none (no ``# operators:`` line) is
+refused under such a stack, rather than launching one operator a stage.
 """
 
 from __future__ import annotations
@@ -157,6 +162,15 @@ def stage_operators(model) -> tuple[list[int], str]:
     return [1] * n, "unknown (no '# operators:' line): one operator per stage assumed"
 
 
+def _need_operators(host: dict, ops_src: str) -> None:
+    """A launch cost per operator on a table that gives no operators is refused (see the module docstring)."""
+    per_op = host.get("launch_per_op_ms", 0.0)
+    if isinstance(per_op, (int, float)) and per_op > 0 and ops_src.startswith("unknown"):
+        raise ConfigError("model.table", "the launch cost is per operator (launch_per_op_ms) but this table gives no "
+                                         "operators; add a '# operators: a,b,c' line (one count per stage) to it, or "
+                                         "name the model ([model] name = ...)")
+
+
 def resolve_stack(cfg: dict[str, Any], model, transfer=None, stack: str | None = None) -> StackRun:
     """The :class:`StackRun` of a resolved config and its resolved model (see the module docstring)."""
     from dvasim.sim.host import host_from_config
@@ -184,25 +198,28 @@ def resolve_stack(cfg: dict[str, Any], model, transfer=None, stack: str | None =
     run = StackRun(st, source, corun_per_worker=st.corun_per_worker)
     base_dir = cfg.get("base_dir")
     if st.adds_nothing:
+        if eng_host:
+            _need_operators(eng_host, ops_src)
         run.host = host_from_config(eng_host, n, base_dir, operators=ops)
         if run.host is not None:
             run.operators, run.operators_source = ops, ops_src
         return run
     run.operators, run.operators_source = ops, ops_src
-    host = {"modules": st.modules, "cores": st.host_cores, "launch_fixed_ms": st.launch_fixed_ms,
-            "launch_per_op_ms": st.launch_per_op_ms, "launch_model_per_row_ms": st.launch_per_row_ms,
-            "python_ms": st.python_ms if st.interpreter_lock else 0.0}
     if isinstance(eng_host, dict) and eng_host:
-        if any(k in eng_host for k in ("launch_ms", "launch_per_row_ms", "launch_table")):
-            for k in ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms"):
-                host.pop(k)
-        host.update(eng_host)
+        host = dict(eng_host)
+    else:
+        host = {"modules": st.modules, "cores": st.host_cores, "launch_fixed_ms": st.launch_fixed_ms,
+                "launch_per_op_ms": st.launch_per_op_ms, "launch_model_per_row_ms": st.launch_per_row_ms,
+                "python_ms": st.python_ms if st.interpreter_lock else 0.0}
+    _need_operators(host, ops_src)
     run.host = host_from_config(host, n, base_dir, operators=ops)
+    measured_inputs = isinstance(eng_host, dict) and any(k in eng_host for k in ("first_copy_ms",
+                                                                                  "first_copy_per_row_ms"))
     (i_b, i_tok, o_b), _why = model_io(getattr(model, "name", None) or model.table.name)
     run.batch = BatchCosts(
         request_ms=st.request_ms, request_per_row_ms=st.request_per_row_ms, gather_per_row_ms=st.gather_per_row_ms,
         gather_gbps=st.gather_gbps, h2d_gbps=st.h2d_gbps, d2h_gbps=st.d2h_gbps, sync_ms=st.sync_ms,
         idle_between_batches=st.idle_between_batches, input_bytes=i_b, input_bytes_per_token=i_tok,
-        output_bytes=o_b, copy_inputs=transfer is None, python_level=st.interpreter_lock,
-        gather_inputs=transfer is None or transfer.mode != "pool")
+        output_bytes=o_b, copy_inputs=transfer is None and not measured_inputs, python_level=st.interpreter_lock,
+        gather_inputs=(transfer is None or transfer.mode != "pool") and not measured_inputs)
     return run
