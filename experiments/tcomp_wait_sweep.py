@@ -1,27 +1,37 @@
 """Policy III's threshold T_comp_wait (paper §7.2): newly arrived queries stretch the latest batch unless it has
-been processed, since its first stage started on it, for longer than T_comp_wait. dvasim's default is
-``t_comp_wait_frac`` x the model's batch-1 latency; this sweep measures which fraction pays.
+been processed too long. dvasim's default derives it from the QoS target, per batch (a stretch is made only if the
+stretched batch still finishes within the target of its oldest query's arrival, from the latency table; see
+``dvasim/policies/dvabatch.py``); ``t_comp_wait_frac`` (opt-in) sets a fixed T_comp_wait as a fraction of the model's
+batch-1 latency instead (0.25 was the former default). This sweep measures what each fixed fraction costs or saves,
+and the QoS rule against them.
 
 For each model of ``dvasim.study.MODELS`` (Titan RTX tables) at the low / medium / high loads (``study.LOADS``
 fractions of DelayBatch's peak throughput, read from ``--calib-from``, default the committed
 ``experiments/results/compare/calibration.csv``) it runs Poisson workloads (5,000 queries, seed 1) with
 ``{"name": "dvabatch", "t_comp_wait_frac": f}`` for every f of :data:`FRACS`, plus one no-stretch reference:
-``{"name": "dvabatch", "policies": <the auto-selected list minus "load">}``. Models whose auto-selected policies
+``{"name": "dvabatch", "policies": <the auto-selected list minus "load">}`` (with ``"pipeline": false`` where
+DVABatch runs one batch at a time, as on UNet's table). Models whose auto-selected policies
 do not include "load" (stretch is off, so T_comp_wait has no effect) get one run per load, recorded as the
-reference, and no frac sweep.
+reference, and no frac sweep. For the swept models it also runs DVABatch's default (the QoS rule, under the
+study's 200 ms target) and ZeroBatch.
 
 ``--behind-window`` puts DVABatch behind DelayBatch's tuned window (the calibration's ``delaybatch_window_ms``;
-the paper's Figure 3 Case III has such a window) and adds the suffix ``_window`` to the file names.
+the paper's Figure 3 Case III has such a window) and adds the suffix ``_window`` to the file names. ``--stack``
+runs everything on one serving stack (default: the one each table implies, ``triton-tensorrt`` for the Titan RTX
+tables); the CSVs name it in a ``stack`` column.
 
 Writes ``tcomp_wait_sweep.csv`` (one row per model, load and frac; the reference rows have ``run =
-"no-stretch"`` and an empty ``frac``) and ``tcomp_wait_sweep.png`` (mean latency relative to the no-stretch
-reference vs frac, one panel per model, hue = load). Prints, per frac, the mean over models and loads of the mean
-and p99 latency relative to the reference, the best frac per model and load, and a per-query account of what
-stretching a *started* batch costs its original queries and saves its newcomers (run at frac f against the same
-arrivals at frac 0, where only batches not yet started are stretched).
+"no-stretch"`` and an empty ``frac``), ``tcomp_wait_qos.csv`` (per swept model and load: the QoS rule, ZeroBatch,
+and the no-stretch reference and fracs 0 and 0.25 again for comparison) and ``tcomp_wait_sweep.png`` (mean latency
+relative to the no-stretch reference vs frac, one panel per model, hue = load; the QoS rule as a marker on the
+right). Prints, per frac, the mean over models and loads of the mean and p99 latency relative to the reference,
+the best frac per model and load, the QoS rule against them, and a per-query account of what stretching a
+*started* batch costs its original queries and saves its newcomers (run at frac f against the same arrivals at
+frac 0, where only batches not yet started are stretched).
 
     .venv/bin/python experiments/tcomp_wait_sweep.py [--quick] [--out DIR] [--models ...] [--workers 2]
                                                      [--seed 1] [--calib-from CSV] [--behind-window]
+                                                     [--stack NAME]
 """
 
 from __future__ import annotations
@@ -43,20 +53,25 @@ FRACS = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 8.0)
 CALIB = common.RESULTS / "compare" / "calibration.csv"
 ANALYSE_FRACS = (0.25, 1.0)  # fracs whose started stretches the per-query account looks at (against frac 0)
 NOTE_OFF = "'load' not auto-selected: stretch off, T_comp_wait has no effect; frac sweep skipped"
+STACK: dict = {}  # the serving stack of every run (--stack; default: the one each table implies)
 COUNTERS = ("n_stretch", "n_stretch_started", "n_split", "mean_batches_in_flight", "mean_exit_batch_size")
 
 
 def _run(job):
     """One Poisson run: its summary row, and its per-query records when ``keep``."""
-    model, load, rate, n, seed, policy, run, frac, keep = job
+    model, load, rate, n, seed, policy, run, frac, keep, stack = job
     wl = {"kind": "poisson", "rate_qps": float(rate), "n_queries": int(n), "seed": int(seed)}
-    r = study.run_config(study.make_config(model, policy, wl))
+    r = study.run_config(study.make_config(model, policy, wl, **stack))
     s, pol = r.summary, r.config["policy"]
     pols = list(pol.get("policies", []))
-    row = {"model": model, "load": load, "load_frac": study.LOADS[load], "offered_qps": float(rate),
+    on = "load" in pols or pol.get("stretch") is True
+    tcw = pol.get("t_comp_wait_ms") if on else None  # None: no QoS target (the rule "none")
+    row = {"model": model, "stack": s.get("stack", ""), "load": load, "load_frac": study.LOADS[load],
+           "offered_qps": float(rate),
            "window_ms": float(policy.get("max_queue_delay_ms", 0.0)), "run": run,
-           "frac": frac, "t_comp_wait_ms": pol.get("t_comp_wait_ms", math.nan) if "load" in pols else math.nan,
+           "frac": frac, "t_comp_wait_ms": math.nan if tcw is None else tcw,
            "policies": "+".join(pols) if pols else "-", "stretch_on": "load" in pols,
+           "pipeline": pol.get("pipeline", True) is not False,
            "mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
            "throughput_qps": s["throughput_qps"], **{k: s[k] for k in COUNTERS},
            "n_completed": s["n_completed"], "n_queries": s["n_queries"],
@@ -67,6 +82,7 @@ def _run(job):
 
 
 def _map(jobs, workers: int):
+    jobs = [(*j, dict(STACK)) for j in jobs]  # the stack travels with each job (worker processes)
     if workers <= 1 or len(jobs) <= 1:
         return [_run(j) for j in jobs]
     with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -81,14 +97,21 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     p.add_argument("--behind-window", action="store_true",
                    help="DVABatch behind DelayBatch's tuned window (the calibration's delaybatch_window_ms, as the "
                         "dvabatch-window variant of dvasim compare); files get the suffix _window")
+    p.add_argument("--stack", default=None,
+                   help="the serving stack of every run (default: the one each table implies; dvasim stacks lists "
+                        "them)")
     args = common.parse(p, argv)
+    STACK.clear()
+    if args.stack is not None:
+        STACK["stack"] = args.stack
     models = args.models or (["bert_base", "linknet"] if args.quick else list(study.MODELS))
     loads = ["low", "high"] if args.quick else list(study.LOADS)
     n = args.queries or (800 if args.quick else 5000)
     calib = common.read_calib(args.calib_from)
     clock = common.Stopwatch()
     print(f"T_comp_wait sweep: models {', '.join(models)}; loads {', '.join(loads)}; {n} queries, seed {args.seed}; "
-          f"fracs {', '.join(f'{f:g}' for f in FRACS)}; calibration {args.calib_from}", flush=True)
+          f"fracs {', '.join(f'{f:g}' for f in FRACS)}; calibration {args.calib_from}; stack "
+          f"{args.stack or 'implied by each table'}", flush=True)
     rates, windows = {}, {}
     for model in models:
         c = common.calib_for(model, calib, quick=args.quick, seed=args.seed)
@@ -112,23 +135,44 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
             for f in FRACS[1:]:
                 pol = {"name": "dvabatch", "t_comp_wait_frac": f, **windows[model]}
                 jobs.append((model, load, rates[key], n, args.seed, pol, "sweep", f, f in keep_fracs))
-            pol = {"name": "dvabatch", "policies": ref, **windows[model]}
+            # the same pipelining as the swept runs (one batch at a time where DVABatch identifies that)
+            serial = {} if row["pipeline"] else {"pipeline": False}
+            pol = {"name": "dvabatch", "policies": ref, **windows[model], **serial}
             jobs.append((model, load, rates[key], n, args.seed, pol, "no-stretch", math.nan, False))
         else:  # stretch off: this run is the no-stretch reference, and T_comp_wait changes nothing
             rows[(model, load, "ref")] = {**row, "run": "no-stretch", "frac": math.nan}
+    for (model, load) in {k[:2] for k in rows if k[2] == 0.0}:
+        # DVABatch's default (T_comp_wait from the QoS target) and ZeroBatch, for the QoS-rule comparison
+        jobs.append((model, load, rates[(model, load)], n, args.seed, {"name": "dvabatch", **windows[model]}, "qos",
+                     math.nan, False))
+        jobs.append((model, load, rates[(model, load)], n, args.seed, {"name": "zerobatch"}, "zerobatch", math.nan,
+                     False))
+    extra = {}
     for job, (row, q) in zip(jobs, _map(jobs, args.workers)):
         model, load, *_, run, f, _keep = job
+        if run in ("qos", "zerobatch"):
+            extra[(model, load, run)] = row
+            continue
         rows[(model, load, f if run == "sweep" else "ref")] = row
         if q is not None:
             queries[(model, load, f)] = q
-    print(f"phase 2 (other fracs, no-stretch references) done [{clock}]", flush=True)
+    print(f"phase 2 (other fracs, no-stretch references, QoS rule, ZeroBatch) done [{clock}]", flush=True)
 
     df = _assemble(rows, models, loads)
     swept = set(df.loc[df["run"] == "sweep", "model"])
     df["note"] = np.where(df["model"].isin(swept), "", NOTE_OFF)
     common.save(df, args.out, f"tcomp_wait_sweep{suffix}.csv")
-    plot(df, args.out / f"tcomp_wait_sweep{suffix}.png")
+    qos = qos_table(df, extra)
+    if len(qos):
+        common.save(qos, args.out, f"tcomp_wait_qos{suffix}.csv")
+    plot(df, args.out / f"tcomp_wait_sweep{suffix}.png", qos)
     out = {"runs": df, **report(df)}
+    if len(qos):
+        common.show(qos[["model", "load", "offered_qps", "run", "t_comp_wait_rule", "mean_latency_ms",
+                         "p99_latency_ms", "mean_rel", "p99_rel", "n_stretch_started", "mean_exit_batch_size"]],
+                    "The QoS rule (default) against no stretch, fixed fractions 0 and 0.25, and ZeroBatch "
+                    "(mean_rel / p99_rel: relative to no stretch)")
+        out["qos"] = qos
     acc = catch_up_account(queries, df)
     if len(acc):
         common.show(acc, "Started stretches, per query: run at frac f vs the same arrivals at frac 0 "
@@ -137,6 +181,27 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
         out["catch_up"] = acc
     print(f"\ntotal {clock}")
     return out
+
+
+def qos_table(df: pd.DataFrame, extra: dict) -> pd.DataFrame:
+    """Per swept model and load: the QoS rule's run and ZeroBatch's, beside the no-stretch reference and the fixed
+    fractions 0 and 0.25 (from ``df``), with mean / p99 relative to no stretch."""
+    out = []
+    for (model, load), g in df.groupby(["model", "load"], sort=False):
+        if (model, load, "qos") not in extra:
+            continue
+        ref = g[g["run"] == "no-stretch"].iloc[0]
+        picks = [("no-stretch", ref), ("frac 0", g[g["frac"] == 0.0].iloc[0]),
+                 ("frac 0.25", g[g["frac"] == 0.25].iloc[0]), ("qos", extra[(model, load, "qos")]),
+                 ("zerobatch", extra[(model, load, "zerobatch")])]
+        for run, r in picks:
+            r = dict(r)
+            rule = {"no-stretch": "-", "qos": "qos", "zerobatch": "-"}.get(run, "frac")
+            out.append({**r, "run": run, "t_comp_wait_rule": rule,
+                        "mean_rel": r["mean_latency_ms"] / ref["mean_latency_ms"],
+                        "p99_rel": r["p99_latency_ms"] / ref["p99_latency_ms"]})
+    cols = [c for c in df.columns if c != "note"] + ["t_comp_wait_rule"]
+    return pd.DataFrame(out, columns=cols) if out else pd.DataFrame(columns=cols)
 
 
 def _assemble(rows: dict, models, loads) -> pd.DataFrame:
@@ -246,7 +311,7 @@ def catch_up_account(queries: dict, df: pd.DataFrame) -> pd.DataFrame:
     return acc.reset_index(drop=True)
 
 
-def plot(df: pd.DataFrame, path: Path) -> None:
+def plot(df: pd.DataFrame, path: Path, qos: pd.DataFrame | None = None) -> None:
     models = list(dict.fromkeys(df["model"]))
     plt, sns, fig, axes = common.model_panels(models, 5.0, 3.8)
     pos = sorted(f for f in FRACS if f > 0)
@@ -265,11 +330,23 @@ def plot(df: pd.DataFrame, path: Path) -> None:
             ax.set_yticks([])
         else:
             sns.lineplot(data=d, x="x", y="mean_rel", hue="load", hue_order=hue_order, marker="o", ax=ax)
-        ax.set_xticks([x0, *pos])
-        ax.set_xticklabels(["0", *(f"{f:g}" for f in pos)])
+        xq = pos[-1] * 4  # the QoS rule (default), drawn right of the largest frac
+        if qos is not None and len(qos) and not d.empty:
+            q = qos[(qos["model"] == model) & (qos["run"] == "qos")]
+            colors = dict(zip(hue_order, sns.color_palette(n_colors=len(hue_order))))
+            for _, r in q.iterrows():
+                ax.scatter([xq], [r["mean_rel"]], marker="*", s=90, color=colors.get(r["load"], "k"), zorder=3)
+            ax.set_xticks([x0, *pos, xq])
+            ax.set_xticklabels(["0", *(f"{f:g}" for f in pos), "QoS"])
+        else:
+            ax.set_xticks([x0, *pos])
+            ax.set_xticklabels(["0", *(f"{f:g}" for f in pos)])
         ax.minorticks_off()
-        ax.set(title=model, xlabel="T_comp_wait / batch-1 latency (t_comp_wait_frac)",
+        ax.set(title=model, xlabel="t_comp_wait_frac (* = the QoS rule)",
                ylabel="mean latency / no-stretch mean")
+    stacks = ", ".join(dict.fromkeys(str(x) for x in df["stack"])) if "stack" in df else ""
+    if stacks:
+        fig.suptitle(f"Policy III's T_comp_wait [stack: {stacks}]")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

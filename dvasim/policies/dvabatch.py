@@ -35,12 +35,64 @@ stretched batch is re-examined at its new size (then it becomes splittable and i
 can be *new*, then *stretched*, then *split* (Figure 8). Sub-batches run one after another (``split_manner =
 "serial"``, §7.2: "the two smaller batches run in the serial manner") or overlapping (``"pipelined"``).
 
-**Policy III, load diversity.** Newly arrived queries stretch the latest batch (the most recently made) unless it
-is full, may be split, or has been processed -- since its first stage started on it -- for longer than
-``T_comp_wait`` (``t_comp_wait_ms``); otherwise they wait for the first stage to take a new batch. The paper
-gives no value for ``T_comp_wait``. Ours by default is ``t_comp_wait_frac`` times the model's batch-1 latency
-(the time the newcomers would need to catch up through the whole model), chosen from the sweep in
-``experiments/README.md``.
+**Policy III, load diversity.** Newly arrived queries *stretch* the latest batch (the most recently made) unless it
+may be split (§5.2.2), has been handed to the last stage, is already sufficient, or the stretch could make it miss
+its QoS target; otherwise they wait for the first stage to take a new batch. Two conditions, each marked with
+whose it is:
+
+* *Up to a sufficient batch.* The paper's Case III (§3.3): the first query "starts to run alone ..., and the GPU
+  is not fully utilized"; "the two insufficient batches are merged into a new batch that fully utilizes the
+  hardware". Ours: the paper gives no size, so a batch is stretched only up to the batch size that fully
+  utilizes the stages the merged batch will run together -- the largest preferred batch size among the stages
+  after the merge boundary (all stages for a batch not yet started) -- and never beyond ``bs_max``. Where one
+  query already fully utilizes those stages (every preferred batch size 1: the UNet table here) nothing is
+  stretched, as merging would save no device time and only make the first queries wait.
+* *T_comp_wait from the QoS target.* The paper (§7.2): "a latter batch should be able to join a previous batch,
+  if it does not result in the QoS violation of the previous batch ... We set a time threshold T_comp_wait to
+  eliminate the possible QoS violation. If a batch is already processed for T_comp_wait, no stretch operation is
+  allowed on this batch." It gives no value. Ours derives it, per batch, from the QoS target ``Q`` (the run's
+  ``[qos] target_ms``, or ``qos_target_ms``) and the latency table: the stretch of a batch of ``b`` queries, the
+  oldest of which arrived at ``a``, by ``k`` newcomers at time ``now`` is made iff ``F - a <= Q``, where
+
+      F = now + W + sum_{s <= f} T_s(k) + sum_{s > f} T_s(b + k)
+
+  is when the merged batch would leave the last stage: ``f`` is the merge boundary (the furthest stage any of
+  the batch's queries has been handed to; the newcomers catch up through stages ``0..f`` and the batch continues
+  merged from ``f + 1``, §5.2.2), ``T_s(n)`` the table's standalone time of stage ``s`` at batch size ``n``
+  (padded to the longest input of the rows it runs; the merged stages to the merged batch's longest), and ``W``
+  the work the batch's own queries still have up to ``f``: the rest of its running executions (the time since
+  the first of them started, less what the batch's executions finished since then took, is counted as done),
+  then its rows handed to a stage but not started and those still catching up (earlier newcomers), each at its
+  own size; rows not yet handed to a stage go on together with the newcomers, and newcomers join a catch-up
+  item still waiting in the first stage's queue, as the pipeline does. A batch not yet started runs merged from
+  the first stage: ``F = now + sum_s T_s(b + k)``. Equivalently ``T_comp_wait = Q - (F - now)``, measured from
+  the oldest query's arrival: no stretch once ``now - a > T_comp_wait``. ``F`` adds the times as if run one
+  after another, so it is exact on one instance of the exclusive (sequential) device for a batch alone in the
+  pipeline, and an upper bound for such a batch when executions overlap (fluid, parallel, cores); a serial
+  split of the merged batch later does not delay its last query (Policy II splits only where ``T_remain(bs) >=
+  2 T_remain(bs/2)``, up to the rounding of an odd size). What ``F`` ignores (ours, not the paper's): the
+  device time that other batches in flight take from the batch (older ones further down the pipeline, new ones
+  entering later), a busy executor's queue, launch and host costs, and jitter. So on a loaded pipeline a
+  stretched batch can still miss its target; the rule only makes sure the stretch itself, on the table's
+  times, does not take it there. Without a QoS target (a pipeline built without one; every ``dvasim.run``
+  config has one) every stretch is allowed.
+
+  Figure 3 Case III and Figure 8 (T = 1 ms) stretch as the paper shows under the study's 200 ms target (§8.1):
+  their merged batches leave 9T and 11T after their oldest query; Case III stretches for any target of 9T or
+  more, and its query 1 then leaves at 9T instead of 8T. Overrides: ``t_comp_wait_ms`` is a fixed T_comp_wait
+  (no stretch of a batch whose first stage started on it longer ago), and ``t_comp_wait_frac`` the same as a
+  fraction of the model's batch-1 latency (0.25, the smallest fraction that reproduces Case III, was the default
+  before; the two are exclusive). ``describe()`` reports ``t_comp_wait_rule`` and ``t_comp_wait_ms`` (for the QoS
+  rule its bound, the QoS target itself; ``None`` without a target). ``experiments/README.md`` measures the rule
+  against fixed fractions: in this simulator stretching a started batch costs latency on average.
+
+**No diversity for the pipeline to serve.** Where one query already fully utilizes every stage (every preferred
+batch size is 1) and there is no input diversity, batches side by side in the pipeline only share a saturated
+device -- each slows the others, and no throughput is gained -- and Policy III has nothing to merge. With the
+policies identified (``policies`` not given) and ``pipeline`` not set, DVABatch then runs one batch at a time
+(as ``pipeline = false``: §7.2's serial manner "as the hardware is already fully utilized", applied to the front
+door, ours), and so performs as the traditional policy (§9.3: "It performs the same as the traditional batch
+policy for the models without any diversity"); ``describe()`` then reports ``pipeline: false``.
 
 **Reorchestrating strategies (the characterization study's Table 5).** Stretch, split and pipelined execution are
 mutually independent, so a *strategy* is which of the three are on, given by three optional flags (``None``, the
@@ -52,8 +104,9 @@ default, leaves everything as above):
 * ``pipeline``: ``False`` means no pipelined execution: a new batch enters the first stage only when an instance
   holds no batch at all (``free_instances() > 0``, Triton's gate), so batches never overlap across stages (one at a
   time with one instance); stretch and split still act within that one batch (its split sub-batches are its own).
-  With Policy I the pending queries then form a single batch (no clustering). ``True`` / ``None``: multi-entry
-  pipelining (a new batch enters as soon as the first stage is free).
+  With Policy I the pending queries then form a single batch (no clustering). ``True``: multi-entry pipelining
+  (a new batch enters as soon as the first stage is free); ``None``: the same, except where one query already
+  fully utilizes every stage (above).
 
 The eight strategies, in Table 5's order (Stretch, Split, Pipeline as bits): I = 000 (naive batching), II = 001,
 III = 010, IV = 011, V = 100, VI = 101, VII = 110, VIII = 111 (everything on). ``experiments/table5_strategies.py``
@@ -82,7 +135,12 @@ from dvasim.policies.base import (
 
 KINDS = ("input", "operator", "load")
 EPS = 1e-9
-T_COMP_WAIT_FRAC = 0.25  # default T_comp_wait as a fraction of the model's batch-1 latency (see the sweep)
+RULES = {  # Policy III's T_comp_wait, as describe() reports it
+    "qos": "qos: stretch iff (merged batch's finish - its oldest query's arrival) <= qos_target_ms",
+    "fixed": "fixed: no stretch of a batch processed longer than t_comp_wait_ms",
+    "frac": "frac: no stretch of a batch processed longer than t_comp_wait_frac x the batch-1 latency",
+    "none": "none: no QoS target, every stretch allowed",
+}
 
 
 def _length_hist(lengths) -> tuple[list[tuple[int, int]], int]:
@@ -131,27 +189,31 @@ class DVABatch(Policy):
                     "the table and the input lengths; [] = multi-entry pipelining only)",
         "max_queue_delay_ms": "front-door batch window (default: Policy I's first-stage time at bs_max for the "
                               "longest pending input, at most the QoS target; else 0)",
-        "t_comp_wait_ms": "Policy III: a batch processed longer than this is no longer stretched "
-                          "(default: t_comp_wait_frac x the model's batch-1 latency)",
-        "t_comp_wait_frac": f"Policy III's default T_comp_wait as a fraction of the batch-1 latency "
-                            f"(default {T_COMP_WAIT_FRAC})",
+        "t_comp_wait_ms": "Policy III: a fixed T_comp_wait, a batch processed longer than this is no longer "
+                          "stretched (default: derived from the QoS target, per batch: a stretch is made only if the "
+                          "stretched batch still finishes, on the table's times, within qos_target_ms of its oldest "
+                          "query's arrival)",
+        "t_comp_wait_frac": "Policy III: T_comp_wait as this fraction of the model's batch-1 latency instead (a fixed "
+                            "threshold; default: not used, the QoS rule)",
         "split_factor": "Policy II: split when T_remain(bs) >= split_factor * T_remain(bs/2) (default 2)",
         "split_manner": 'Policy II: "serial" (sub-batches one after another, default) or "pipelined"',
         "max_clusters": "Policy I: most length clusters formed from one batch of queries (default 3)",
         "input_threshold": "input diversity when padding wastes at least this share of a full batch (default 0.1)",
         "preferred_threshold": "preferred batch size: throughput at least this share of the best (default 0.9)",
-        "qos_target_ms": "cap of Policy I's window (default: the run's [qos] target_ms)",
+        "qos_target_ms": "cap of Policy I's window and Policy III's QoS target (default: the run's [qos] "
+                         "target_ms)",
         "stretch": "Policy III's stretching on (true) or off (false), whatever the diversities (default: on with "
                    '"load" in policies)',
         "split": "Policy II's splitting on (true) or off (false), whatever the diversities (default: on with "
                  '"operator" in policies)',
         "pipeline": "pipelined execution: false = a new batch enters only when an instance holds no batch, so "
-                    "batches never overlap across stages (default true: multi-entry pipelining)",
+                    "batches never overlap across stages (default: multi-entry pipelining, except one batch at a "
+                    "time where one query already fully utilizes every stage and the policies are identified)",
     }
     default_policies: tuple[str, ...] | None = None  # None: decide from the table
 
     def __init__(self, max_batch_size=64, policies=None, max_queue_delay_ms=None, t_comp_wait_ms=None,
-                 t_comp_wait_frac=T_COMP_WAIT_FRAC, split_factor=2.0, split_manner="serial", max_clusters=3,
+                 t_comp_wait_frac=None, split_factor=2.0, split_manner="serial", max_clusters=3,
                  input_threshold=0.1, preferred_threshold=0.9, qos_target_ms=None, stretch=None, split=None,
                  pipeline=None):
         super().__init__()
@@ -169,7 +231,12 @@ class DVABatch(Policy):
             "policy.max_queue_delay_ms", max_queue_delay_ms)
         self._t_comp_wait = None if t_comp_wait_ms is None else check_nonneg_number(
             "policy.t_comp_wait_ms", t_comp_wait_ms)
-        self.t_comp_wait_frac = check_nonneg_number("policy.t_comp_wait_frac", t_comp_wait_frac)
+        self.t_comp_wait_frac = None if t_comp_wait_frac is None else check_nonneg_number(
+            "policy.t_comp_wait_frac", t_comp_wait_frac)
+        if self._t_comp_wait is not None and self.t_comp_wait_frac is not None:
+            raise ConfigError("policy.t_comp_wait_frac", "give policy.t_comp_wait_ms (a fixed T_comp_wait) or "
+                                                         "policy.t_comp_wait_frac (a fraction of the batch-1 "
+                                                         "latency), not both")
         sf = check_nonneg_number("policy.split_factor", split_factor)
         if sf < 1.0:
             raise ConfigError("policy.split_factor", f"must be >= 1, got {split_factor!r}")
@@ -225,8 +292,22 @@ class DVABatch(Policy):
         self.use_split = "operator" in self.policies if self._split_flag is None else self._split_flag
         self.use_stretch = "load" in self.policies if self._stretch_flag is None else self._stretch_flag
         self.max_queue_delay_ms = self._window  # None: Policy I's window, from the pending inputs
-        self.t_comp_wait_ms = (self._t_comp_wait if self._t_comp_wait is not None
-                               else self.t_comp_wait_frac * prof.total(1, self.ref_len))
+        # one query fully utilizes every stage and no input diversity: parallel batches would only share a saturated
+        # device, so with the policies identified (not given) batches run one at a time (§7.2's serial manner)
+        self.saturated = max(self.preferred) == 1 and not self.use_input
+        self.serial_front = self._pipeline_flag is None and self._asked is None and self.saturated
+        self.pipeline = self._pipeline_flag is not False and not self.serial_front
+        if self._t_comp_wait is not None:
+            self.t_comp_wait_rule, self.t_comp_wait_ms = "fixed", self._t_comp_wait
+        elif self.t_comp_wait_frac is not None:
+            self.t_comp_wait_rule = "frac"
+            self.t_comp_wait_ms = self.t_comp_wait_frac * prof.total(1, self.ref_len)
+        elif self.qos_target_ms is not None:
+            # per batch: QoS - the time the merged batch still needs, from its oldest query's arrival; bounded by
+            # the QoS target itself (a batch whose oldest query has waited that long is never stretched)
+            self.t_comp_wait_rule, self.t_comp_wait_ms = "qos", self.qos_target_ms
+        else:
+            self.t_comp_wait_rule, self.t_comp_wait_ms = "none", None
 
     def describe(self) -> dict:
         d = {"name": self.name, "max_batch_size": self.max_batch_size, "split_factor": self.split_factor,
@@ -235,9 +316,13 @@ class DVABatch(Policy):
                              ("pipeline", self._pipeline_flag)):
             if value is not None:  # only when given: the defaults' resolved configs stay as they were
                 d[field] = value
+        if self.view is not None and self.serial_front:
+            d["pipeline"] = False  # identified: one query fully utilizes every stage (see the module docstring)
         if self.view is not None:
-            d.update(policies=list(self.policies), t_comp_wait_ms=self.t_comp_wait_ms,
-                     preferred_batch_sizes=self.preferred)
+            d.update(policies=list(self.policies), t_comp_wait_rule=RULES[self.t_comp_wait_rule],
+                     t_comp_wait_ms=self.t_comp_wait_ms, preferred_batch_sizes=self.preferred)
+            if self.t_comp_wait_frac is not None:
+                d["t_comp_wait_frac"] = self.t_comp_wait_frac
             if self.max_queue_delay_ms is not None:
                 d["max_queue_delay_ms"] = self.max_queue_delay_ms
             elif self.use_input:
@@ -379,10 +464,18 @@ class DVABatch(Policy):
         latest = table.latest()
         if latest is None or table.can_stretch(latest.bid) is not None:
             return None
-        processed = 0.0 if math.isnan(latest.first_start) else now - latest.first_start
-        room = self.max_batch_size - latest.bs
-        if room <= 0 or processed > self.t_comp_wait_ms + time_eps(now):
+        room = self._stretch_cap(latest) - latest.bs
+        if room <= 0:
             return None
+        newcomers = list(self.pending)[:room]
+        if self.t_comp_wait_rule == "qos":
+            oldest = min(q.arrival for q in latest.queries)
+            if self.merged_finish(latest, newcomers, now) - oldest > self.qos_target_ms + time_eps(now):
+                return None
+        elif self.t_comp_wait_rule != "none":
+            processed = 0.0 if math.isnan(latest.first_start) else now - latest.first_start
+            if processed > self.t_comp_wait_ms + time_eps(now):
+                return None
         queries = self.take(room)
         splittable = False
         if self.use_split:
@@ -391,6 +484,81 @@ class DVABatch(Policy):
             seq_len = max(q.seq_len for q in (*latest.queries, *queries)) if self.has_len else None
             splittable = self._would_split(front, latest.bs + len(queries), seq_len)
         return Stretch(latest.bid, queries, splittable=splittable)
+
+    def _stretch_cap(self, batch) -> int:
+        """The size Policy III stretches ``batch`` up to: the batch size that fully utilizes the hardware in the
+        stages the merged batch will run together (the largest preferred batch size among them, §3.3's
+        "insufficient batches ... merged into a new batch that fully utilizes the hardware"), at most bs_max."""
+        front = -1 if math.isnan(batch.first_start) else max(s for s in range(batch.n_stages) if batch.issued[s] > 0)
+        return min(self.max_batch_size, max(self.preferred[front + 1:]))
+
+    def _joinable_rows(self, batch) -> int:
+        """How many of ``batch``'s rows wait, not yet pulled, in its first stage's queue as the item a stretch's
+        newcomers join (the engine's batch queues where the view has them; else 0: run apart, the upper bound on
+        a table whose time grows at most linearly with the batch size)."""
+        lanes = getattr(self.view, "lanes", None)
+        if not lanes or not 0 <= batch.lane < len(lanes):
+            return 0
+        for item in lanes[batch.lane].queues[0]:
+            if item.bid == batch.bid and item.start + item.num == batch.bs:
+                return item.num
+        return 0
+
+    def merged_finish(self, batch, newcomers, now) -> float:
+        """When ``batch`` stretched now by ``newcomers`` would leave the last stage, from the latency table's
+        standalone times run one after another (Policy III's QoS rule; see the module docstring): the work the
+        batch's own queries still have up to the merge boundary (the furthest stage any of them has been handed
+        to), the newcomers' catch-up through every stage up to that boundary at their own size, then the remaining
+        stages at the merged size, padded to the merged batch's longest input. A batch not yet started runs merged
+        from the first stage."""
+        prof = self.view.profile
+        n_st = prof.n_stages
+        n = batch.bs + len(newcomers)
+        seq = self.has_len
+
+        def t(stage, rows):  # one execution of these rows at ``stage``, padded to their longest input
+            return prof.latency(stage, len(rows), max(q.seq_len for q in rows) if seq else None) if rows else 0.0
+
+        if math.isnan(batch.first_start):  # still queued for the first stage: the newcomers join its item
+            longest = max(q.seq_len for q in (*batch.queries, *newcomers)) if seq else None
+            return now + prof.remaining(0, n, longest)
+        front = max(s for s in range(n_st) if batch.issued[s] > 0)
+        work = 0.0  # up to the merge boundary: the batch's own rows and the newcomers' catch-up
+        qs = batch.queries
+        run_t, run_since = 0.0, now  # the batch's running executions: their standalone times, the first start
+        for s in range(front + 1):
+            # rows complete a stage in the order they were handed to it: [0, done) are done, then come the running
+            # execution, the rows handed to the stage but not started (one item), and the rows not yet handed to
+            # it (earlier newcomers still catching up), which go on together with the newcomers once every row has
+            # completed the stage before
+            done, handed = batch.status_map[s], batch.issued[s]
+            running = [q for q in qs[done:handed] if not math.isnan(q.stage_start[s])]
+            if running:
+                run_t += t(s, running)
+                run_since = min(run_since, running[0].stage_start[s])
+            queued, later = qs[done + len(running):handed], qs[handed:]
+            if s == 0:
+                # the newcomers join the batch's catch-up item still waiting in the first stage's queue, if any (as
+                # the pipeline's stretch does), not one that the executor has already pulled
+                j = self._joinable_rows(batch)
+                work += t(0, queued[:len(queued) - j]) + t(0, [*queued[len(queued) - j:], *newcomers])
+            else:
+                work += t(s, queued) + t(s, [*later, *newcomers])
+        if run_t > 0:
+            # what the running executions still need: all of them, less the time the device has had for them
+            # since the first started -- one device, which the batch's own executions finished since then had
+            # first (a catch-up launched beside its batch's stage runs after it on a device that serializes)
+            busy = sorted({(max(q.stage_start[s], run_since), q.stage_finish[s]) for q in qs for s in range(n_st)
+                           if not math.isnan(q.stage_finish[s]) and q.stage_finish[s] > run_since})
+            other, reach = 0.0, run_since
+            for a, b in busy:  # the measure of their union
+                if b > reach:
+                    other += b - max(a, reach)
+                    reach = b
+            work += max(0.0, run_t - (now - run_since - other))
+        longest = max(q.seq_len for q in (*qs, *newcomers)) if seq else None
+        rest = prof.remaining(front + 1, n, longest) if front + 1 < n_st else 0.0
+        return now + work + rest
 
     def next_wakeup(self, now):
         if self.pending and self._room() > 0:
