@@ -47,11 +47,19 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="fig15_peaks.csv giving each model's tuned DelayBatch window (and peaks)")
     p.add_argument("--models", nargs="+", default=None, help="subset of the models")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stack", default=None,
+                   help="the serving stack every run simulates (dvasim stacks lists them; default: the one the "
+                        "tables imply, the paper's own: triton-tensorrt for the Titan RTX and A100 tables); "
+                        "gpu-only for the GPU alone")
     return p
 
 
 def parse(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
     args = p.parse_args(argv)
+    if getattr(args, "stack", None) is not None:
+        from dvasim.server.resolve import stack_by_name
+
+        stack_by_name(args.stack, "--stack")  # one line naming --stack if unknown
     args.out = Path(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     if getattr(args, "quick", False):

@@ -97,10 +97,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     p.add_argument("--behind-window", action="store_true",
                    help="DVABatch behind DelayBatch's tuned window (the calibration's delaybatch_window_ms, as the "
                         "dvabatch-window variant of dvasim compare); files get the suffix _window")
-    p.add_argument("--stack", default=None,
-                   help="the serving stack of every run (default: the one each table implies; dvasim stacks lists "
-                        "them)")
-    args = common.parse(p, argv)
+    args = common.parse(p, argv)  # --stack: common.parser's
     STACK.clear()
     if args.stack is not None:
         STACK["stack"] = args.stack
