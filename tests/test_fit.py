@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from dvasim.cli import main
 from dvasim.fit import fit, overlap_fraction, read_replay, write_engine
 from dvasim.fitcheck import TARGETS, score_case
+from tests.synthetic_replays import write_replay
 
 DATA = Path(__file__).parent / "data" / "h100_replays"
 
@@ -39,14 +39,7 @@ def synthetic_replay(d: Path, seed: int, n: int = 1500, stall_p: float = 0.02, m
                          end_ms=end, finish_ms=end + 0.02, handoff_ms=0.1, bookkeeping_ms=0.02,
                          compute_ms=end - begin, copy_ms=copy, n_queries=b))
         t = end + 0.02 + 0.5  # never two at once
-    d.mkdir(parents=True)
-    pd.DataFrame(rows).to_csv(d / "executions.csv", index=False)
-    arr = np.sort(rng.uniform(0, t, 200))
-    pd.DataFrame({"arrival_ms": arr, "seen_ms": arr + 0.05, "finish_ms": arr + 5}).to_csv(d / "queries.csv",
-                                                                                        index=False)
-    (d / "config.toml").write_text(f'[model]\nname = "{model}"\ndevice = "h100"\nstages = 2\n'
-                                   '[policy]\nname = "zerobatch"\n[replay]\nmodules = "torchscript"\n')
-    return d
+    return write_replay(d, rows, t, rng, model, 2)
 
 
 def test_fit_recovers_known_host_parameters(tmp_path):

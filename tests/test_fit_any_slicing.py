@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import tomllib
 
 import dvasim
 from dvasim.fit import copy_law, fit, launch_law, table_operators, write_engine
+from tests.synthetic_replays import write_replay
 
 DATA = Path(__file__).parent / "data" / "h100_replays"
 
@@ -124,14 +124,7 @@ def law_replay(d: Path, seed: int, ops: list[int], fixed: float, per_op: float, 
                          finish_ms=end + 0.02, handoff_ms=0.1, bookkeeping_ms=0.02, compute_ms=end - begin,
                          copy_ms=copy, n_queries=b))
         t = end + 0.52
-    d.mkdir(parents=True)
-    pd.DataFrame(rows).to_csv(d / "executions.csv", index=False)
-    arr = np.sort(rng.uniform(0, t, 200))
-    pd.DataFrame({"arrival_ms": arr, "seen_ms": arr + 0.05, "finish_ms": arr + 5}).to_csv(d / "queries.csv",
-                                                                                        index=False)
-    (d / "config.toml").write_text(f'[model]\nname = "resnet152"\ndevice = "h100"\nstages = {len(ops)}\n'
-                                   '[policy]\nname = "zerobatch"\n[replay]\nmodules = "torchscript"\n')
-    return d
+    return write_replay(d, rows, t, rng, "resnet152", len(ops))
 
 
 def test_fit_recovers_a_known_launch_law(tmp_path):

@@ -160,38 +160,42 @@ _TORCH_SOURCES = {
                         "shared gpu-h100 README, host diagnostics); the replay's control plane is Python",
     "corun_per_worker": "measured: no co-run slowdown of the GPU side beyond the fluid device model was isolated",
 }
-_add(ServingStack(
+
+
+def _torch_stack(name: str, summary: str, modules: str, launch_fixed_ms: float, launch_per_op_ms: float,
+                 launch_sources: dict[str, str]) -> ServingStack:
+    """One of the replay's module kinds: the H100 host's measured costs, its own launching."""
+    return ServingStack(name, summary, modules=modules, launch_fixed_ms=launch_fixed_ms,
+                        launch_per_op_ms=launch_per_op_ms, **_TORCH_COMMON,
+                        sources={**_TORCH_SOURCES, "modules": "by definition", **launch_sources})
+
+
+_add(_torch_stack(
     "torchscript", "stages as TorchScript modules (traced, frozen) driven by Python executor threads, as the "
     "replay runs them on a GPU; a stage's kernels are launched in C++ without the interpreter lock",
-    modules="torchscript", launch_fixed_ms=0.0, launch_per_op_ms=0.0445, **_TORCH_COMMON,
-    sources={**_TORCH_SOURCES,
-             "modules": "by definition",
-             "launch_per_op_ms": H100_LAUNCH + " (TorchScript: 0.0445 ResNet152, 0.0444 BERT-base; in serving the "
-                                 "fitted BERT launches were about 2x the profile: shapes re-specialised per length)",
-             "launch_fixed_ms": "measured: not resolvable from the stages' launch costs (fits give 0.04 to 0.25 ms "
-                                "depending on the weighting): 0 taken"}))
-_add(ServingStack(
+    "torchscript", 0.0, 0.0445,
+    {"launch_per_op_ms": H100_LAUNCH + " (TorchScript: 0.0445 ResNet152, 0.0444 BERT-base; in serving the fitted "
+                         "BERT launches were about 2x the profile: shapes re-specialised per length)",
+     "launch_fixed_ms": "measured: not resolvable from the stages' launch costs (fits give 0.04 to 0.25 ms "
+                        "depending on the weighting): 0 taken"}))
+_add(_torch_stack(
     "pytorch-eager", "stages as eager PyTorch modules: every operator returns to the interpreter, so a stage's "
     "launching holds the interpreter lock throughout",
-    modules="eager", launch_fixed_ms=0.0, launch_per_op_ms=0.083, **_TORCH_COMMON,
-    sources={**_TORCH_SOURCES,
-             "modules": "by definition",
-             "launch_per_op_ms": H100_LAUNCH + " (eager: 0.086 ResNet152, 0.081 BERT-base, 0.083 UNet; VGG19's "
-                                 "operators hold fewer kernels: 0.046); per torch operator 26-28 us",
-             "launch_fixed_ms": "measured: at most about 0.04 ms (VGG19's 2-operator stage launches in 0.042 ms); "
-                                "fits give -0.02 to 0.13 ms: 0 taken"}))
-_add(ServingStack(
+    "eager", 0.0, 0.083,
+    {"launch_per_op_ms": H100_LAUNCH + " (eager: 0.086 ResNet152, 0.081 BERT-base, 0.083 UNet; VGG19's operators "
+                         "hold fewer kernels: 0.046); per torch operator 26-28 us",
+     "launch_fixed_ms": "measured: at most about 0.04 ms (VGG19's 2-operator stage launches in 0.042 ms); fits give "
+                        "-0.02 to 0.13 ms: 0 taken"}))
+_add(_torch_stack(
     "cudagraph", "stages captured as CUDA graphs (one per batch size and length bucket), replayed by Python "
     "executor threads: a launch is one static-input copy and one graph launch",
-    modules="cudagraph", launch_fixed_ms=0.05, launch_per_op_ms=0.0, **_TORCH_COMMON,
-    sources={**_TORCH_SOURCES,
-             "modules": "by definition",
-             "launch_fixed_ms": "measured: (a bound) a graph replay call took 0.25-0.29 ms against 0.19-0.28 ms of "
-                                "GPU time (BERT-base batch 1), so its host part is at most about 0.05 ms (shared "
-                                "gpu-h100 README, host diagnostics, against stage_times.csv graph_ms)",
-             "launch_per_op_ms": "published: a graph is submitted whole (an 80-kernel graph launched with 3.5 us of "
-                                 "CPU time, CUDA.jl documentation; NVIDIA, 'Constant Time Launch for Straight-Line "
-                                 "Graphs', CUDA 12.6): its kernels cost the host nothing one by one"}))
+    "cudagraph", 0.05, 0.0,
+    {"launch_fixed_ms": "measured: (a bound) a graph replay call took 0.25-0.29 ms against 0.19-0.28 ms of GPU time "
+                        "(BERT-base batch 1), so its host part is at most about 0.05 ms (shared gpu-h100 README, "
+                        "host diagnostics, against stage_times.csv graph_ms)",
+     "launch_per_op_ms": "published: a graph is submitted whole (an 80-kernel graph launched with 3.5 us of CPU "
+                         "time, CUDA.jl documentation; NVIDIA, 'Constant Time Launch for Straight-Line Graphs', CUDA "
+                         "12.6): its kernels cost the host nothing one by one"}))
 
 # ------------------------------------------------------------------------------------- Triton with TensorRT
 TRT_BACKEND = ("published: triton-inference-server/tensorrt_backend (2021-22 and current sources): separate input "
