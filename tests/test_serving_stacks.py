@@ -229,3 +229,15 @@ def test_an_engine_host_replaces_the_stack_launch_model_and_its_measured_inputs(
            "workload": {"kind": "explicit", "arrivals_ms": [0.0]}}
     # request 1 + 0.5, the measured input copy 3 (under the lock), GPU 10 (the 2 ms launch beside it), exit 1.5
     assert _lat(dvasim.run(cfg)) == pytest.approx([1.5 + 3.0 + 10.0 + 1.5], abs=1e-9)
+
+
+def test_the_co_run_penalty_grows_with_the_executions_running_at_once(tmp_path):
+    # two instances run q0 and q1 (both at 0) side by side on a device with no interference ("parallel"): 10 ms
+    # each alone; with corun_per_worker = 0.5 both run 1 + 0.5 * (2 - 1) = 1.5 times slower: 15 ms
+    table = _table(tmp_path, ROWS)
+    base = {"model": {"table": table}, "policy": ZB1, "engine": {"instances": 2, "sharing": "parallel"},
+            "workload": {"kind": "explicit", "arrivals_ms": [0.0, 0.0]}}
+    alone = dvasim.run({**base, "server": {"stack": "tfserving", **ZERO}})
+    slowed = dvasim.run({**base, "server": {"stack": "tfserving", **ZERO, "corun_per_worker": 0.5}})
+    assert _lat(alone) == pytest.approx([10.0, 10.0], abs=1e-9)
+    assert _lat(slowed) == pytest.approx([15.0, 15.0], abs=1e-9)

@@ -891,6 +891,9 @@ def to_run_result(setup: ReplaySetup, res: ReplayResult, extra_summary: dict | N
         **meta_op_counts(res.pipeline.table),
         engine="replay", replay_device=res.device, replay_threads=res.threads, replay_wall_s=res.wall_s,
         replay_modules=cfg["replay"]["modules"],
+        # a replay serves on the real thing: its stages' module kind on its device (the simulator's stacks of the
+        # same names model them on the H100 host: dvasim.server.stacks)
+        stack=f"real {modules_for(cfg['replay']['modules'], res.device)} stages on {res.device}",
         interrupted=res.interrupted,
     )
     summary.update(overhead_stats(res.executions, res.queries))
