@@ -78,6 +78,7 @@ def test_eager_and_torchscript_replays_give_the_same_outputs():
     for kind in ("eager", "torchscript"):
         r = replay({**c, "replay": {"modules": kind}}, record_outputs=True)
         assert r.summary["replay_modules"] == kind and r.summary["n_completed"] == 40
+        assert r.summary["stack"] == f"real {kind} stages on cpu"  # every run names its stack, a replay too
         outs[kind] = r.extra["replay"].outputs
     for qid, want in outs["eager"].items():
         torch.testing.assert_close(outs["torchscript"][qid], want, rtol=1e-4, atol=1e-4)
