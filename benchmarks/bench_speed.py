@@ -133,7 +133,7 @@ def timeout_chain_floor(n: int, stages: int = 4, seed: int = 7) -> float:
 LOADS = ("issue", "sat")
 
 
-def bert_config(policy: str, n: int, load: str = "sat") -> dict:
+def bert_config(policy: str, n: int, load: str = "sat", stack: str = "gpu-only") -> dict:
     from dvasim.calibration.models import resolve_model
     from dvasim.workload import load_lengths
 
@@ -156,6 +156,7 @@ def bert_config(policy: str, n: int, load: str = "sat") -> dict:
                      "seq_len_dist": "glue:RTE"},
         "qos": {"target_ms": 200.0},
         "engine": {"progress": False},
+        "server": {"stack": stack},  # the load is the GPU's capacity: a stack with host costs runs it overloaded
     }
 
 
@@ -165,6 +166,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--policies", default="zerobatch,delaybatch,dvabatch")
     ap.add_argument("--loads", default="issue,sat", help="which loads (issue, sat)")
+    ap.add_argument("--stacks", default="gpu-only,triton-tensorrt",
+                    help="serving stacks (gpu-only: the GPU alone, the engine's callback path; a stack with host "
+                         "costs runs the host model's processes)")
     ap.add_argument("--json", help="also write the numbers to this JSON file")
     args = ap.parse_args()
     import dvasim
@@ -184,8 +188,9 @@ def main() -> None:
                  "queries_per_s": n / chain, "ratio": chain / bare})
     print(f"{'SimPy 4-timeout chain':>28}: {n / chain:9,.0f} q/s  {chain / bare:5.2f}x the bare loop's time   "
           "(5 events a query, no queue, no logic: the least any per-stage SimPy model does)")
-    for load, policy in [(ld, p) for ld in args.loads.split(",") for p in args.policies.split(",")]:
-        cfg = bert_config(policy, n, load)
+    for stack, load, policy in [(st, ld, p) for st in args.stacks.split(",") for ld in args.loads.split(",")
+                                for p in args.policies.split(",")]:
+        cfg = bert_config(policy, n, load, stack)
         walls, summary = [], None
         for _ in range(args.repeats):
             t0 = time.perf_counter()
@@ -194,11 +199,11 @@ def main() -> None:
             summary = res.summary
             assert summary["n_completed"] == n, summary
         wall = statistics.median(walls)
-        rows.append({"what": f"dvasim.run {policy} at {load}", "load": load, "queries_per_s": n / wall, "ratio": wall / bare,
+        rows.append({"what": f"dvasim.run {policy} at {load} on {stack}", "stack": stack, "load": load, "queries_per_s": n / wall, "ratio": wall / bare,
                      "sim_only_queries_per_s": summary["sim_queries_per_wall_s"],
                      "mean_latency_ms": summary["mean_latency_ms"], "offered_qps": cfg["workload"]["rate_qps"],
                      "mean_exit_batch_size": summary["mean_exit_batch_size"]})
-        print(f"{'dvasim.run ' + policy + ' @' + load:>28}: {n / wall:9,.0f} q/s  {wall / bare:5.2f}x slower   "
+        print(f"{policy + ' @' + load + ' ' + stack:>36}: {n / wall:9,.0f} q/s  {wall / bare:5.2f}x slower   "
               f"(engine alone {summary['sim_queries_per_wall_s']:,.0f} q/s; {cfg['workload']['rate_qps']:.0f} qps, "
               f"mean {summary['mean_latency_ms']:.2f} ms, "
               f"exit batch {summary['mean_exit_batch_size']:.1f})")
