@@ -171,3 +171,37 @@ def test_random_bad_overrides_of_the_peer_systems_never_escape(named, tmp_path, 
             assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (name, sets, err)
             assert not out.exists(), (name, sets)
     assert codes == {0, 2}  # both outcomes were exercised
+
+
+# the serving stack ([server], issue 20) and the host model's launch law: on the named model and on the default
+# table (which names no operators, so a per-operator launch cost there must be refused, not guessed)
+STACK_KEYS = ["server.stack", "server.request_ms", "server.request_per_row_ms", "server.gather_gbps",
+              "server.h2d_gbps", "server.pinned", "server.sync_ms", "server.idle_between_batches", "server.modules",
+              "server.launch_per_op_ms", "server.launch_fixed_ms", "server.python_ms", "server.host_cores",
+              "server.interpreter_lock", "server.corun_per_worker", "engine.host.launch_per_op_ms",
+              "engine.host.first_launch_ms", "engine.host.first_copy_ms", "engine.host.launch_fixed_ms"]
+STACK_VALUES = [*VALUES, '"tfserving"', '"gpu-only"', '"triton-tensorrt"', '"pytorch-eager"', '"eager"', "false",
+                "0.3", "-0.5"]
+
+
+def test_random_bad_overrides_of_the_serving_stack_never_escape(named, tmp_path, capsys):
+    """Random --set values on [server] and the launch law: the run works (0) or fails one line with status 2,
+    writing nothing; both outcomes occur."""
+    import os
+    import random
+
+    rng = random.Random(13)
+    n = int(os.environ.get("DVASIM_FUZZ_EXAMPLES", "60"))
+    codes = set()
+    for i in range(n):
+        sets = [f"{rng.choice(STACK_KEYS)}={rng.choice(STACK_VALUES)}" for _ in range(rng.randint(1, 2))]
+        out = tmp_path / f"s{i}"
+        code = main(["run", rng.choice([CONFIG, named]), "--out", str(out), "--no-figure",
+                     "--set", "workload.n_queries=40", *sum([["--set", s] for s in sets], [])])
+        err = capsys.readouterr().err
+        codes.add(code)
+        assert code in (0, 2), (sets, code, err)
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (sets, err)
+            assert not out.exists(), sets
+    assert codes == {0, 2}

@@ -102,12 +102,12 @@ def check_server(section: Any) -> dict[str, Any]:
             if key.endswith("_gbps"):
                 ok = ok and v > 0
             elif key == "host_cores":
-                ok = ok and v >= 1
+                ok = ok and math.isfinite(v) and v >= 1
             else:
                 ok = ok and math.isfinite(v)
             if not ok:
                 what = ("a bandwidth > 0 in GB/s (inf = free)" if key.endswith("_gbps")
-                        else "a number >= 1" if key == "host_cores" else "a finite number >= 0")
+                        else "a finite number >= 1" if key == "host_cores" else "a finite number >= 0")
                 raise ConfigError(f"server.{key}", f"must be {what}, got {v!r}")
             out[key] = float(v)
     return out
