@@ -120,10 +120,14 @@ def simulate(
     computes (see :mod:`dvasim.sim.transfer`). ``None``: no transfer modelled.
 
     ``batch_costs`` (a :class:`dvasim.server.costs.BatchCosts`, from the run's serving stack; needs ``host``) adds
-    the per-batch host costs: before every first-stage launch the requests' handling and the inputs' gathering
-    (under the interpreter lock for a Python stack), then their host-to-device copy on the one link; after every
-    last-stage completion the synchronisation and the outputs' copy back, holding the executor where the stack's
-    batch thread leaves the GPU idle between its batches, else delaying only the answers.
+    the per-batch host costs: at every first-stage launch the requests' handling and the inputs' gathering (under
+    the interpreter lock for a Python stack), then their host-to-device copy on the one link; after every
+    last-stage completion the synchronisation and the outputs' copy back. Where the stack's batch thread leaves the
+    GPU idle between its batches (TF-Serving, a Python loop) the entry comes before the GPU starts and the exit
+    holds the executor; where it does not (Triton's TensorRT backend copies the next batch's inputs while the
+    current one runs, and a completion thread answers) the entry runs on the host beside the GPU's work (the device
+    sees no gap: exact at saturation, at most one entry optimistic for a batch reaching an idle server) and the
+    exit delays only the answers.
     ``corun_per_worker = k`` slows every execution by ``1 + k * (n - 1)`` while ``n`` run at once."""
     t0 = time.perf_counter()
     env = simpy.Environment()
@@ -391,15 +395,13 @@ def simulate(
             locked = host.locked(ex.stage, b) * f + launch_overhead_ms
             if locked > 0:
                 yield interpreter_lock.run(locked)
-            if batch_costs is not None and ex.stage == 0:  # the requests' handling, the inputs' gathering and copy
-                pre = batch_costs.entry_host_ms(b, ex.seq_len)
-                if pre > 0:
-                    yield (interpreter_lock.run(pre) if batch_costs.python_level else env.timeout(pre))
-                h2d = batch_costs.h2d_ms(b, ex.seq_len)
-                if h2d > 0:
-                    yield env.timeout(link.visible(env.now, h2d) - env.now)
+            entry = batch_costs is not None and ex.stage == 0  # the requests' handling, the inputs' gathering, copy
+            if entry and batch_costs.idle_between_batches:  # before the GPU starts: it idles for this instance
+                yield from batch_entry(ex, b)
             g, demand = host.gpu(ex)
             gpu = device.run(g * f, demand)
+            if entry and not batch_costs.idle_between_batches:  # asynchronous copies: beside the GPU's work
+                yield from batch_entry(ex, b)
             launch = host.launch(ex.stage, b, ex.seq_len) * f + (stall() if stall is not None else 0.0)
             if launch > 0:
                 if host.locks_launch:
@@ -416,6 +418,14 @@ def simulate(
                         yield env.timeout(post)
                 else:
                     answer_delay[0] = post
+
+        def batch_entry(ex, b):
+            pre = batch_costs.entry_host_ms(b, ex.seq_len)
+            if pre > 0:
+                yield (interpreter_lock.run(pre) if batch_costs.python_level else env.timeout(pre))
+            h2d = batch_costs.h2d_ms(b, ex.seq_len)
+            if h2d > 0:
+                yield env.timeout(link.visible(env.now, h2d) - env.now)
 
         def executor(k: int):
             while True:
