@@ -21,18 +21,44 @@ length sample): arrival rates (the paper's 16 .. 1000 req/s divided by k), the G
 (multiplied by k). The load relative to the model's speed is then the paper's; the CSVs carry both the paper's
 value (``*_paper``) and ours.
 
+**Serving stack** (``--stack``, default ``gpu-only``): the paper's results come from a cycle-level NPU simulator that
+models no host cost (§V, §VI-D: scheduling "negligible", preemption overhead "negligible"), so its own stack is
+the GPU alone. ``--stack triton-tensorrt`` runs the same setup on a GPU server (Triton with TensorRT: every batch's
+inputs gathered and copied, every stage launch paying its host cost, see ``dvasim stacks triton-tensorrt``). A
+node-level scheduler launches every node on its own, so LazyB and Oracle pay a launch per node (stage); the
+policies that run a batch whole (Serial, GraphB) run the model as one stage (``--whole-stages``, default 1), one
+launch per batch, as a server runs a TensorRT engine. Under ``gpu-only`` the stage count of a whole-batch policy
+changes nothing (the stages' times add up to the model's). The time scale ``k`` is the GPU table's under every
+stack, so the arrival rates and SLAs are the same and the stack's costs come on top.
+
 Every point is averaged over ``--seeds`` Poisson runs (the paper: 20; we use 3) of ``--queries`` (400) queries (error
 bars: the 25th and 75th percentiles over the seeds, as the paper's). Writes ``lazyb_runs.csv`` (one row per run),
 ``lazyb_fig12.csv`` / ``.png``, ``lazyb_fig13.csv`` / ``.png``, ``lazyb_fig14.csv`` / ``.png`` (latency quantiles,
-all seeds' queries pooled), ``lazyb_fig15.csv`` / ``.png``, and prints the paper's headline comparisons.
+all seeds' queries pooled), ``lazyb_fig15.csv`` / ``.png``, ``lazyb_headline.csv`` (the paper's headline comparisons,
+also printed) and ``lazyb_capacity.csv``.
+
+**Capacity** (``lazyb_capacity.csv``; ``--no-capacity`` skips it): the paper's throughput claim compares what each
+batcher serves at its arrival rates, and at our scaled rates every batcher but Serial serves all it is offered (the
+h100 tables batch far more cheaply than the rates the scale maps to), so the ratio is 1.00 by construction. What a
+batcher can serve is its capacity: for Serial, every GraphB(N), LazyB and Oracle, the highest Poisson rate whose p99
+latency stays within the Figures 12-14 SLA (100 x k ms), by :func:`dvasim.capacity.capacity` (2% resolution, 95%
+confidence per probe): ``capacity_qps``. That search assumes that a rate passes whenever a higher one does, which
+fails for LazyB under a serving stack (its predictor knows the GPU's times only, and it pushes most at medium load,
+so it can miss the SLA at medium rates and meet it at higher ones) and for GraphB windows close to the SLA (a lone
+query waits out the window). So every policy is also run on a ladder of rates below its capacity (``0.8^j`` of
+it, ``j`` = 12 .. 1; 2,000 queries each, pass = at most 1% of queries slower than the SLA); if a rung fails, the
+capacity is searched again between the rung below and the failing one. ``sustained_qps`` is the highest rate up to
+which every probed rate passes; ``first_fail_qps`` the lowest failing rung (NaN: none).
 
     .venv/bin/python experiments/lazyb_figs12_15.py [--quick] [--out DIR] [--seed S] [--seeds K] [--queries N]
+        [--stack NAME] [--workers W] [--stages N] [--whole-stages N]
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +73,8 @@ from dvasim.plots import save_figure  # noqa: E402
 from dvasim.workload import workload_from_config  # noqa: E402
 
 DEVICE = "h100"
+PAPER_STACK = "gpu-only"  # the paper's NPU simulator models no host cost
+WHOLE = ("Serial", "GraphB")  # labels (prefixes) of the policies that run a batch whole
 # dvasim model -> (the paper's model it stands for, the paper's T1 in ms (Table II), stages, workload extras)
 MODELS = {
     "resnet152": ("ResNet", 1.1, 32, {}),
@@ -88,20 +116,29 @@ def policies(k: float, sla_paper: float = SLA_PAPER) -> list[tuple[str, dict, fl
     return out
 
 
+def run_stages(job: dict) -> int:
+    """The stages a job's policy runs the model in: node level for LazyB / Oracle, ``whole_stages`` for the
+    policies that run a batch whole (0: the same as LazyB's)."""
+    whole = job.get("whole_stages", 0)
+    return whole if whole and job["label"].startswith(WHOLE) else job["stages"]
+
+
 def one_run(job: dict) -> tuple[dict, np.ndarray]:
-    model, stages, extra = job["model"], job["stages"], MODELS[job["model"]][3]
+    model, extra = job["model"], MODELS[job["model"]][3]
+    stages = run_stages(job)
     cfg = {"model": {"name": model, "device": DEVICE, "stages": stages},
            "policy": job["policy"],
            "workload": {"kind": "poisson", "rate_qps": job["rate_qps"], "n_queries": job["n_queries"],
                         "seed": job["seed"], **extra},
-           "qos": {"target_ms": job["sla_ms"]}}
+           "qos": {"target_ms": job["sla_ms"]},
+           "server": {"stack": job.get("stack", PAPER_STACK)}}
     r = dvasim.run(cfg, progress=False)
     s = r.summary
     q = r.queries
     lat = (q["finish_ms"] - q["arrival_ms"]).to_numpy(dtype=float)
     row = {k: job[k] for k in ("model", "paper_model", "label", "window_ms_paper", "rate_paper_qps", "rate_qps",
                                "sla_ms_paper", "sla_ms", "seed", "fig")}
-    row.update(window_ms=job["policy"].get("window_ms", np.nan), stages=stages,
+    row.update(stack=s["stack"], window_ms=job["policy"].get("window_ms", np.nan), stages=stages,
                mean_latency_ms=s["mean_latency_ms"], p99_latency_ms=s["p99_latency_ms"],
                throughput_qps=s["throughput_qps"], violation_rate=s["qos_violation_rate"],
                mean_exit_batch_size=s["mean_exit_batch_size"], n_stretch=s["n_stretch"],
@@ -109,9 +146,11 @@ def one_run(job: dict) -> tuple[dict, np.ndarray]:
     return row, lat
 
 
-def jobs_for(model: str, stages: int, k: float, seeds: list[int], n_queries: int, rates_paper, slas_paper):
+def jobs_for(model: str, stages: int, k: float, seeds: list[int], n_queries: int, rates_paper, slas_paper,
+             stack: str = PAPER_STACK, whole_stages: int = 1):
     paper_model = MODELS[model][0]
-    base = {"model": model, "paper_model": paper_model, "stages": stages}
+    base = {"model": model, "paper_model": paper_model, "stages": stages, "stack": stack,
+            "whole_stages": whole_stages}
     jobs = []
 
     def add(label, pol, w, rp, sp, fig):
@@ -146,7 +185,13 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     p.add_argument("--queries", type=int, default=None, help="queries per run (default 400; quick 120)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--stages", type=int, default=None, help="ResNet152's stage count (default 32; quick 12)")
+    p.add_argument("--no-capacity", action="store_true", help="skip the capacity search (lazyb_capacity.csv)")
+    p.add_argument("--whole-stages", type=int, default=1,
+                   help="stages of the policies that run a batch whole, Serial and GraphB (default 1: one launch "
+                        "per batch; 0: LazyB's slicing)")
+    p.set_defaults(stack=PAPER_STACK)
     args = common.parse(p, argv)
+    stack = args.stack
     watch = common.Stopwatch()
     quick = args.quick
     n_seeds = args.seeds or (1 if quick else 3)
@@ -163,7 +208,9 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
         elif quick:
             stages = 16
         scales[model] = {"stages": stages, **scale(model, stages)}
-        jobs += jobs_for(model, stages, scales[model]["k"], seeds, n_queries, rates_paper, slas_paper)
+        jobs += jobs_for(model, stages, scales[model]["k"], seeds, n_queries, rates_paper, slas_paper, stack,
+                         args.whole_stages)
+    print(f"stack: {stack}; Serial and GraphB at {args.whole_stages or 'the same'} stage(s)")
     print(f"{len(jobs)} runs; time scales: " + ", ".join(
         f"{m}: T1 {s['t1_ms']:.3f} ms, k {s['k']:.3f}, {s['stages']} stages" for m, s in scales.items()))
     if args.workers > 1 and len(jobs) > 1:
@@ -177,7 +224,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     common.save(runs, args.out, "lazyb_runs.csv")
 
     main_runs = runs[runs["fig"] == "12-14"]
-    keys = ["model", "paper_model", "label", "window_ms_paper", "rate_paper_qps", "rate_qps"]
+    keys = ["model", "paper_model", "stack", "label", "window_ms_paper", "rate_paper_qps", "rate_qps"]
     agg = (main_runs.groupby(keys, dropna=False)
            .agg(mean_latency_ms=("mean_latency_ms", "mean"), latency_p25=("mean_latency_ms", q25),
                 latency_p75=("mean_latency_ms", q75), p99_latency_ms=("p99_latency_ms", "mean"),
@@ -206,7 +253,8 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
             pooled = np.concatenate([lat[i] for i in idx])
             pooled = pooled[np.isfinite(pooled)]
             for qv, v in zip(qs, np.quantile(pooled, qs)):
-                cdf_rows.append({"model": model, "policy": label, "quantile": qv, "latency_ms": v})
+                cdf_rows.append({"model": model, "stack": stack, "policy": label, "quantile": qv,
+                                 "latency_ms": v})
     fig14 = pd.DataFrame(cdf_rows)
     common.save(fig14, args.out, "lazyb_fig14.csv")
 
@@ -226,19 +274,77 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
                                     & (main_runs["rate_paper_qps"] == HIGH_PAPER)]
                     # unfinished queries count as violations, as in the runs' own summaries
                     rates = np.array([np.mean(~(lat[i] <= sp * k)) for i in sel.index])
-                v_rows.append({"model": model, "paper_model": MODELS[model][0], "policy": label,
+                v_rows.append({"model": model, "paper_model": MODELS[model][0], "stack": stack, "policy": label,
                                "sla_ms_paper": sp, "sla_ms": sp * k, "violation_rate": float(np.mean(rates)),
                                "violation_p25": q25(rates), "violation_p75": q75(rates), "runs": len(rates)})
     fig15 = pd.DataFrame(v_rows)
     common.save(fig15, args.out, "lazyb_fig15.csv")
 
-    _plots(args.out, models, fig12, fig13, fig14, fig15)
+    _plots(args.out, models, fig12, fig13, fig14, fig15, stack)
     summary = _headline(models, agg, fig15, best_g)
-    common.show(summary, "LazyB against the best GraphB (ours) next to the paper's")
+    summary.insert(2, "stack", stack)
+    common.save(summary, args.out, "lazyb_headline.csv")
+    common.show(summary, f"LazyB against the best GraphB (ours) next to the paper's, stack {stack}")
     common.show(fig15.pivot_table(index=["model", "sla_ms_paper"], columns="policy", values="violation_rate")
                 .reset_index(), "Figure 15: SLA-violation rate at high load")
+    out = {"runs": runs, "fig12": fig12, "fig13": fig13, "fig14": fig14, "fig15": fig15, "headline": summary}
+    if not args.no_capacity:
+        caps = capacities(models, scales, stack, args.whole_stages, quick, args.seed)
+        common.save(caps, args.out, "lazyb_capacity.csv")
+        common.show(caps, f"Capacity (p99 <= SLA {SLA_PAPER:g} x k ms), stack {stack}")
+        out["capacity"] = caps
     print(f"\ndone in {watch}")
-    return {"runs": runs, "fig12": fig12, "fig13": fig13, "fig14": fig14, "fig15": fig15, "headline": summary}
+    return out
+
+
+def capacities(models, scales, stack: str, whole_stages: int, quick: bool, seed: int) -> pd.DataFrame:
+    """Every policy's capacity under the Figures 12-14 SLA (p99 <= SLA_PAPER x k): see the module docstring."""
+    from dvasim.capacity import capacity
+
+    rows = []
+    for model in models:
+        k, stages = scales[model]["k"], scales[model]["stages"]
+        for label, pol, w in policies(k):
+            if quick and label not in ("GraphB(5)", "LazyB"):
+                continue  # a smoke test: the best GraphB's usual window and LazyB
+            job = {"label": label, "stages": stages, "whole_stages": whole_stages}
+            st = run_stages(job)
+            cfg = {"model": {"name": model, "device": DEVICE, "stages": st}, "policy": pol,
+                   "workload": {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1000, "seed": seed,
+                                **MODELS[model][3]},
+                   "qos": {"target_ms": SLA_PAPER * k}, "server": {"stack": stack}}
+            kw = dict(resolution=0.1, min_queries=300, max_queries=1200) if quick else {}
+            t0 = time.perf_counter()
+            res = capacity(cfg, SLA_PAPER * k, percentile=99.0, **kw)
+            top = res["capacity_qps"]
+            passed, first_fail = 0.0, np.nan
+            for j in range(4 if quick else 12, 0, -1):  # the ladder, slowest rate first
+                rate = top * 0.8 ** j
+                if rate < 1.0:
+                    continue
+                trial = {**cfg, "workload": {**cfg["workload"], "rate_qps": rate,
+                                             "n_queries": 500 if quick else 2000}}
+                lat = dvasim.run(trial, progress=False).queries["latency_ms"].to_numpy()
+                if np.mean(~(lat <= SLA_PAPER * k)) > 0.01:  # unfinished queries count as slow
+                    first_fail = rate
+                    break
+                passed = rate
+            sustained = top
+            if np.isfinite(first_fail):
+                lo = passed if passed > 0 else min(1.0, first_fail / 2)
+                sustained = capacity(cfg, SLA_PAPER * k, percentile=99.0, lo=lo, hi=first_fail, max_doublings=0,
+                                     **kw)["capacity_qps"]
+            rows.append({"model": model, "paper_model": MODELS[model][0], "stack": res.get("stack", stack),
+                         "policy": label, "window_ms_paper": w, "stages": st, "slo_ms": SLA_PAPER * k,
+                         "capacity_qps": top, "sustained_qps": sustained, "first_fail_qps": first_fail,
+                         "sustained_paper_qps": sustained * k,
+                         "top_exceeded": res.get("top_exceeded"), "probes": len(res.get("probes", [])),
+                         "wall_s": time.perf_counter() - t0})
+    df = pd.DataFrame(rows)
+    for col in ("capacity_qps", "sustained_qps"):
+        best = {m: g[g.policy.str.startswith("GraphB")][col].max() for m, g in df.groupby("model")}
+        df[col.replace("_qps", "") + "_vs_best_graphb"] = [c / best[m] for m, c in zip(df.model, df[col])]
+    return df
 
 
 def _headline(models, agg, fig15, best_g) -> pd.DataFrame:
@@ -278,7 +384,7 @@ def _style(label: str) -> dict:
     return {"color": shades.get(label, "#937860"), "marker": "x"}
 
 
-def _plots(out: Path, models, fig12, fig13, fig14, fig15) -> None:
+def _plots(out: Path, models, fig12, fig13, fig14, fig15, stack: str = PAPER_STACK) -> None:
     for name, df, y, lo, hi, ylabel, logy in (
             ("fig12", fig12, "mean_latency_ms", "latency_p25", "latency_p75", "mean latency (ms)", True),
             ("fig13", fig13, "throughput_qps", "throughput_p25", "throughput_p75", "throughput (req/s)", False)):
@@ -297,7 +403,7 @@ def _plots(out: Path, models, fig12, fig13, fig14, fig15) -> None:
         axes.flat[0].legend(fontsize=7)
         save_figure(fig, out / f"lazyb_{name}.png",
                     {"fig12": "Figure 12: mean latency vs arrival rate",
-                     "fig13": "Figure 13: throughput vs arrival rate"}[name] + f" ({DEVICE} tables)")
+                     "fig13": "Figure 13: throughput vs arrival rate"}[name] + f" ({DEVICE} tables, stack {stack})")
     plt, sns, fig, axes = common.model_panels(models, 5.0, 3.8)
     for ax, model in zip(axes.flat, models):
         for label, g in fig14[fig14["model"] == model].groupby("policy", sort=False):
@@ -307,7 +413,8 @@ def _plots(out: Path, models, fig12, fig13, fig14, fig15) -> None:
         ax.set_ylabel("CDF")
         ax.set_title(f"{model} ({MODELS[model][0]}), high load")
         ax.legend(fontsize=7)
-    save_figure(fig, out / "lazyb_fig14.png", "Figure 14: latency CDF at high load (paper's 1K req/s, scaled)")
+    save_figure(fig, out / "lazyb_fig14.png",
+                f"Figure 14: latency CDF at high load (paper's 1K req/s, scaled), stack {stack}")
     plt, sns, fig, axes = common.model_panels(models, 5.0, 3.8)
     for ax, model in zip(axes.flat, models):
         d = fig15[fig15["model"] == model]
@@ -317,7 +424,7 @@ def _plots(out: Path, models, fig12, fig13, fig14, fig15) -> None:
         ax.set_ylabel("SLA violations (%)")
         ax.set_title(f"{model} ({MODELS[model][0]}), high load")
     axes.flat[0].legend(fontsize=7)
-    save_figure(fig, out / "lazyb_fig15.png", "Figure 15: SLA-violation rate vs SLA target")
+    save_figure(fig, out / "lazyb_fig15.png", f"Figure 15: SLA-violation rate vs SLA target, stack {stack}")
 
 
 if __name__ == "__main__":

@@ -53,12 +53,25 @@ literally); profiled combinations use sizes up to 32 (Equation 6) and the table'
 runs with the ``fluid`` sharing model whatever ``[engine] sharing`` the run uses. The paper's context-switch cost of
 many streams (its Fig. 7 beyond 64 streams, Fig. 12's slow many-small-worker cases) is not in the fluid model
 unless ``[engine] corun_slowdown`` > 1 is set for the run (the profile always uses 1).
+
+The search's host costs (``stack``): on a serving stack (:mod:`dvasim.server`) the engine charges every worker's
+batch more than its GPU time: the request's handling before it launches, the stage launches on the host's
+launching cores (or under the interpreter lock, for eager stacks), and after it the synchronisation and the
+results' copy back, which hold the worker where the stack's batch thread is idle between its batches. The pipeline names the
+run's stack (``dvasim.run`` passes it; E-Ebird's ``stack`` parameter overrides it) so that the offline profile
+charges each co-running worker exactly that (:class:`WorkerCosts`, read from the stack's published numbers, plain data: :mod:`dvasim.server.stacks` and
+:class:`dvasim.server.costs.BatchCosts`); the search assumes the memory pool (``[engine.transfer] mode =
+"pool"``, E2bird's design), so the inputs' gathering and copy are not charged. Without a stack (a pipeline
+built without one, the replay's) the profile is the GPU alone. ``[server]`` overrides of the stack's fields are not
+seen by the search, nor is an ``[engine.host]``'s custom host.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from dvasim.config import MAX_INSTANCES
@@ -118,7 +131,10 @@ class _Ebird(Policy):
     def engine_workers(self, profile, qos_target_ms, input_lengths) -> list[int]:
         raise NotImplementedError
 
-    def instances_needed(self, profile, qos_target_ms=None, input_lengths=None) -> int:
+    def instances_needed(self, profile, qos_target_ms=None, input_lengths=None, stack: str | None = None) -> int:
+        """Workers (one instance each) for this run; ``stack``: the run's serving stack (the pipeline's), which
+        E-Ebird's offline search charges unless its own ``stack`` parameter says otherwise."""
+        self.run_stack = stack
         self.sizes = self.engine_workers(profile, qos_target_ms, input_lengths)
         return len(self.sizes)
 
@@ -225,21 +241,142 @@ def combinations(total: int, sizes=SIZES) -> list[tuple[int, ...]]:
     return out
 
 
-def corun_average_ms(profile, batch_sizes, seq_len: int | None = None) -> float:
+@dataclass(frozen=True)
+class WorkerCosts:
+    """What a serving stack charges each worker's batch beside its GPU time, as the engine does
+    (:func:`dvasim.sim.engine.simulate` with a stack's ``batch_costs`` and host model), for the offline profile:
+
+    * at the first stage: ``python_ms`` under the interpreter lock (a Python stack), then the batch's entry
+      (``batch.entry_host_ms``: the request's handling; under the memory pool nothing is gathered) and its copy
+      (``batch.h2d_ms``; 0 under the pool) on the one host-to-device link: before the GPU starts where the stack's
+      batch thread idles the GPU between its batches, else beside the GPU's work;
+    * every stage: its launch ``launch_ms[s] + launch_per_row_ms[s] * b`` on the host's ``cores`` while the GPU
+      runs it (under the interpreter lock throughout where ``lock_launch``: eager launching), the stage ending
+      when both are done;
+    * after the last stage: ``batch.exit_ms(b)`` (synchronisation, results' copy back);
+    * the stack's co-run penalty ``corun_per_worker`` on the device, as the engine's.
+    """
+
+    stack: str
+    batch: Any  # a dvasim.server.costs.BatchCosts
+    launch_ms: tuple[float, ...]
+    launch_per_row_ms: tuple[float, ...]
+    python_ms: float = 0.0
+    cores: float = 16.0
+    lock_launch: bool = False
+    corun_per_worker: float = 0.0  # the stack's co-run penalty (executions 1 + k (n - 1) slower while n run)
+    operators: tuple[int, ...] = ()
+    operators_source: str = ""
+
+    def key(self) -> tuple:
+        b = self.batch
+        return (self.stack, b.request_ms, b.request_per_row_ms, b.sync_ms, b.d2h_gbps, b.output_bytes,
+                b.idle_between_batches, b.python_level, self.launch_ms, self.launch_per_row_ms, self.python_ms,
+                self.cores, self.lock_launch, self.corun_per_worker)
+
+
+def stage_operators(profile) -> tuple[list[int], str]:
+    """The zoo's operators in each stage of ``profile``: from a ``# operators:`` line (as
+    :func:`dvasim.server.resolve.stage_operators` reads it), else from a zoo table's operator names and its
+    ``# slicing: ... cuts=[...]`` line, else one per stage (said so)."""
+    from types import SimpleNamespace
+
+    from dvasim.server.resolve import stage_operators as from_provenance  # plain: no simulator import
+
+    prov = getattr(profile, "provenance", {}) or {}
+    n = profile.n_stages
+    if not prov.get("operators", "").strip():
+        names = prov.get("op_names", "").split()
+        m = re.search(r"cuts=\[([0-9, ]*)\]", prov.get("slicing", ""))
+        cuts = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
+        if names and len(cuts) == n and cuts[0] == 0 and cuts[-1] < len(names):
+            ends = [*cuts[1:], len(names)]
+            return [e - b for b, e in zip(cuts, ends)], "the table's operator names and '# slicing:' cuts"
+        if names and n == 1:
+            return [len(names)], "the table's operator names"
+    return from_provenance(SimpleNamespace(table=profile))
+
+
+def worker_costs(stack_name: str, profile, field: str = "policy.stack") -> WorkerCosts | None:
+    """The :class:`WorkerCosts` of the stack named ``stack_name`` for ``profile``'s model under the memory pool
+    (None for a stack that adds nothing: ``gpu-only``, ``as-profiled``)."""
+    from dvasim.server.costs import BatchCosts, model_io
+    from dvasim.server.stacks import STACKS
+
+    if not isinstance(stack_name, str) or stack_name not in STACKS:
+        raise ConfigError(field, f"unknown stack {stack_name!r}; allowed: {', '.join(STACKS)}")
+    st = STACKS[stack_name]
+    if st.adds_nothing:
+        return None
+    ops, ops_src = stage_operators(profile)
+    total = sum(ops)
+    (i_b, i_tok, o_b), _ = model_io(getattr(profile, "name", None))
+    batch = BatchCosts(
+        request_ms=st.request_ms, request_per_row_ms=st.request_per_row_ms, gather_per_row_ms=st.gather_per_row_ms,
+        gather_gbps=st.gather_gbps, h2d_gbps=st.h2d_gbps, d2h_gbps=st.d2h_gbps, sync_ms=st.sync_ms,
+        idle_between_batches=st.idle_between_batches, input_bytes=i_b, input_bytes_per_token=i_tok,
+        output_bytes=o_b, copy_inputs=False, python_level=st.interpreter_lock, gather_inputs=False)
+    return WorkerCosts(
+        stack=st.name, batch=batch,
+        launch_ms=tuple(st.launch_fixed_ms + st.launch_per_op_ms * o for o in ops),
+        launch_per_row_ms=tuple(st.launch_per_row_ms * o / total for o in ops),
+        python_ms=st.python_ms if st.interpreter_lock else 0.0, cores=float(st.host_cores),
+        lock_launch=st.modules == "eager", corun_per_worker=st.corun_per_worker, operators=tuple(ops),
+        operators_source=ops_src)
+
+
+def corun_average_ms(profile, batch_sizes, seq_len: int | None = None, costs: WorkerCosts | None = None) -> float:
     """The offline profiler: the average latency of workers of ``batch_sizes`` that start together, each running
     one batch of its size through the whole model, on the simulator's fluid device-sharing model (a small SimPy
-    run of :class:`dvasim.sim.device.Device`)."""
+    run of :class:`dvasim.sim.device.Device`), with ``costs`` (a stack's :class:`WorkerCosts`) charged to every
+    worker as the engine charges them."""
     import simpy
 
     from dvasim.sim.device import Device
 
     env = simpy.Environment()
-    dev = Device(env, "fluid")
+    dev = Device(env, "fluid", corun_per_worker=0.0 if costs is None else costs.corun_per_worker)
     ends: list[float] = []
+    n = profile.n_stages
+    if costs is not None:
+        cores = Device(env, "cores", 1.0, costs.cores)
+        lock = Device(env, "cores", 1.0, 1)  # one interpreter lock
+        spare = costs.cores >= n * len(batch_sizes)  # as the engine: no launch waits for a core
+        link = [-math.inf]  # the one host-to-device link, one copy at a time
+
+    def entry(b: int):
+        pre = costs.batch.entry_host_ms(b, seq_len)
+        if pre > 0:
+            yield lock.run(pre) if costs.batch.python_level else env.timeout(pre)
+        h2d = costs.batch.h2d_ms(b, seq_len)
+        if h2d > 0:
+            link[0] = max(env.now, link[0]) + h2d
+            yield env.timeout(link[0] - env.now)
 
     def worker(b: int):
-        for s in range(profile.n_stages):
-            yield dev.run(profile.latency(s, b, seq_len), profile.demand(s, b, seq_len))
+        for s in range(n):
+            first = costs is not None and s == 0
+            if costs is not None and costs.python_ms > 0:
+                yield lock.run(costs.python_ms)
+            if first and costs.batch.idle_between_batches:  # before the GPU starts
+                yield from entry(b)
+            gpu = dev.run(profile.latency(s, b, seq_len), profile.demand(s, b, seq_len))
+            if first and not costs.batch.idle_between_batches:  # asynchronous copies: beside the GPU's work
+                yield from entry(b)
+            if costs is not None:
+                launch = costs.launch_ms[s] + costs.launch_per_row_ms[s] * b
+                if launch > 0:
+                    if costs.lock_launch:
+                        yield lock.run(launch)
+                    elif spare:
+                        yield env.timeout(launch)
+                    else:
+                        yield cores.run(launch)
+            yield gpu
+        if costs is not None:
+            post = costs.batch.exit_ms(b)
+            if post > 0:
+                yield env.timeout(post)
         ends.append(env.now)
 
     for b in batch_sizes:
@@ -251,14 +388,16 @@ def corun_average_ms(profile, batch_sizes, seq_len: int | None = None) -> float:
 _OFFLINE: dict[tuple, dict[int, tuple[int, ...]]] = {}
 
 
-def offline_search(profile, total_bs, seq_len: int | None = None) -> dict[int, tuple[int, ...]]:
+def offline_search(profile, total_bs, seq_len: int | None = None,
+                   costs: WorkerCosts | None = None) -> dict[int, tuple[int, ...]]:
     """E-Ebird's offline phase: for each TotalBS the counts (per size of :data:`SIZES`) of the combination with the
-    lowest average co-run latency. Cached per (table, total_bs, length)."""
+    lowest average co-run latency, each worker charged ``costs`` (a stack's, or None: the GPU alone). Cached per
+    (table, total_bs, length, costs)."""
     top = min(int(profile.max_batch_size), SIZES[-1])
     sizes = tuple(s for s in SIZES if s <= top)
     sig = tuple((profile.latency(s, b, seq_len), profile.demand(s, b, seq_len))
                 for s in range(profile.n_stages) for b in sizes)
-    key = (sig, tuple(total_bs), seq_len)
+    key = (sig, tuple(total_bs), seq_len, None if costs is None else costs.key())
     if key in _OFFLINE:
         return _OFFLINE[key]
     best: dict[int, tuple[int, ...]] = {}
@@ -266,7 +405,7 @@ def offline_search(profile, total_bs, seq_len: int | None = None) -> dict[int, t
         scored = []
         for counts in combinations(total, sizes):
             bs = [s for s, c in zip(sizes, counts) for _ in range(c)]
-            avg = corun_average_ms(profile, bs, seq_len)
+            avg = corun_average_ms(profile, bs, seq_len, costs)
             # ties: fewer workers, then larger workers first
             scored.append((avg, len(bs), tuple(-b for b in sorted(bs, reverse=True)), counts))
         counts = min(scored)[3]
@@ -285,10 +424,19 @@ class EEbird(_Ebird):
     params = {
         "total_bs": "the loads (TotalBS) profiled offline (paper: [4, 8, 16, 32])",
         "max_inf": "MaxInf: most inferences alive at once [largest b with 2 T(b) <= qos.target_ms]",
+        "stack": "the serving stack whose per-batch host costs the offline search charges every worker (default: "
+                 "the run's own stack, as the pipeline names it; none, the GPU alone, where it names none)",
     }
 
-    def __init__(self, total_bs=None, max_inf=None):
+    def __init__(self, total_bs=None, max_inf=None, stack=None):
         super().__init__(max_inf)
+        if stack is not None:
+            from dvasim.server.stacks import STACKS
+
+            if not isinstance(stack, str) or stack not in STACKS:
+                raise ConfigError("policy.stack", f"unknown stack {stack!r}; allowed: {', '.join(STACKS)}")
+        self.stack = stack
+        self.search_costs: WorkerCosts | None = None
         levels = list(PAPER_TOTAL_BS) if total_bs is None else _check_sizes("policy.total_bs", total_bs)
         if len(set(levels)) != len(levels):
             raise ConfigError("policy.total_bs", f"must not repeat a value, got {levels!r}")
@@ -307,7 +455,12 @@ class EEbird(_Ebird):
             cap = self.max_inf
         top = int(profile.max_batch_size)
         self._levels = [t for t in self.total_bs if t <= cap]
-        self.engine_confs = offline_search(profile, self._levels, L)
+        from dvasim.server.stacks import STACKS
+
+        run_stack = getattr(self, "run_stack", None)
+        name = self.stack if self.stack is not None else (run_stack if run_stack in STACKS else None)
+        self.search_costs = None if name is None else worker_costs(name, profile)
+        self.engine_confs = offline_search(profile, self._levels, L, self.search_costs)
         need: Counter = Counter({s: 1 for s in DEFAULT_WORKERS if s <= top})
         for counts in self.engine_confs.values():
             for s, c in zip(SIZES, counts):
@@ -346,4 +499,10 @@ class EEbird(_Ebird):
     def describe(self) -> dict[str, Any]:
         d = super().describe()
         d["engine_confs"] = {str(t): list(c) for t, c in self.engine_confs.items()}
+        if self.search_costs is not None:
+            c = self.search_costs
+            d["search_costs"] = {"stack": c.stack, "request_ms": c.batch.request_ms, "sync_ms": c.batch.sync_ms,
+                                 "idle_between_batches": c.batch.idle_between_batches,
+                                 "launch_ms": list(c.launch_ms), "cores": c.cores, "operators": list(c.operators),
+                                 "operators_source": c.operators_source}
         return d
