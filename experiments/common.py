@@ -175,18 +175,27 @@ def tune_window(model: str, *, quick: bool = False, windows=None, cap_qps: float
     return df
 
 
-def read_calib(path: Path | None) -> pd.DataFrame | None:
+def read_calib(path: Path | None, stacks: dict[str, str] | None = None) -> pd.DataFrame | None:
+    """A ``fig15_peaks.csv`` indexed by model. ``stacks`` (model -> the stack this run serves it on): refuse, in
+    one line, a CSV whose ``stack`` column names another stack for one of them (its windows and peaks were
+    found on another server)."""
     if path is None:
         return None
     df = pd.read_csv(path)
     if "model" not in df or "delaybatch_window_ms" not in df:
         raise SystemExit(f"{path}: expected columns model, delaybatch_window_ms (a fig15_peaks.csv)")
+    if stacks and "stack" in df:
+        for model, st in zip(df["model"], df["stack"]):
+            if model in stacks and st != stacks[model]:
+                raise SystemExit(f"{path}: {model} was calibrated on stack {st!r}, this run serves it on "
+                                 f"{stacks[model]!r}; give the fig15_peaks.csv of that stack (--calib-from)")
     return df.set_index("model")
 
 
-def calib_for(model: str, calib: pd.DataFrame | None, *, quick: bool, seed: int = 0) -> dict[str, float]:
+def calib_for(model: str, calib: pd.DataFrame | None, *, quick: bool, seed: int = 0, **cfg_kw) -> dict[str, float]:
     """``{"window": tuned DelayBatch window, "peak_delaybatch": its peak, "peak_dvabatch": DVABatch's peak}``,
-    from the calibration CSV when it has the model, else computed."""
+    from the calibration CSV when it has the model, else computed (with ``cfg_kw``, e.g. ``stack=``, passed to
+    every run)."""
     if calib is not None and model in calib.index:
         row = calib.loc[model]
         out = {"window": float(row["delaybatch_window_ms"])}
@@ -197,15 +206,23 @@ def calib_for(model: str, calib: pd.DataFrame | None, *, quick: bool, seed: int 
         if len(out) == 3:
             return out
     else:
-        tuned = tune_window(model, quick=quick, seed=seed)
+        tuned = tune_window(model, quick=quick, seed=seed, **cfg_kw)
         out = {"window": float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])}
         out["peak_delaybatch"] = float(tuned.loc[tuned["best"], "peak_qps"].iloc[0])
     if "peak_delaybatch" not in out:
-        out["peak_delaybatch"] = peak(model, delaybatch(out["window"]), quick=quick, seed=seed).peak_qps
+        out["peak_delaybatch"] = peak(model, delaybatch(out["window"]), quick=quick, seed=seed, **cfg_kw).peak_qps
     if "peak_dvabatch" not in out:
         out["peak_dvabatch"] = peak(model, {"name": "dvabatch"}, quick=quick, seed=seed,
-                                    cap_qps=4 * out["peak_delaybatch"]).peak_qps
+                                    cap_qps=4 * out["peak_delaybatch"], **cfg_kw).peak_qps
     return out
+
+
+def stack_label(model: str, stack: str | None = None, device: str = "titanrtx") -> str:
+    """The stack a run of ``model`` serves on (``stack``, else the one its table implies), as ``summary["stack"]``
+    names it; for the CSVs of runs whose summaries are not kept (peak searches)."""
+    from dvasim.compare import stack_of
+
+    return stack_of(model, device, stack)
 
 
 def delaybatch(window: float) -> dict[str, Any]:
@@ -220,7 +237,7 @@ def poisson(model: str, policy: dict[str, Any], rate_qps: float, n_queries: int,
     wl = {"kind": "poisson", "rate_qps": float(rate_qps), "n_queries": int(n_queries), "seed": seed}
     r = study.run_config(study.make_config(model, policy, wl, **cfg_kw))
     s = r.summary
-    return {"mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
+    return {"stack": s["stack"], "mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
             "throughput_qps": s["throughput_qps"], "qos_violation_rate": s["qos_violation_rate"],
             "mean_exit_batch_size": s["mean_exit_batch_size"], "n_stretch": s["n_stretch"],
             "n_split": s["n_split"], "n_completed": s["n_completed"], "n_queries": s["n_queries"]}

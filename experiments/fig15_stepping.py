@@ -1,7 +1,8 @@
 """Figure 15 (paper §8.3): the six models under the stepping load, DelayBatch (window tuned for peak throughput)
 vs DVABatch; per-query latency against query id with the offered load on a right axis, and the peak throughputs.
 
-Also run: DVABatch behind the same front-door window as the tuned DelayBatch ("dvabatch+window"). In the paper
+DelayBatch runs the model whole (one stage, as Triton runs a TensorRT engine, §8.1), DVABatch on the model's
+default slicing. Also run: DVABatch behind the same front-door window as the tuned DelayBatch ("dvabatch+window"). In the paper
 DVABatch is a Triton backend, so Triton's batcher (and its window) sits in front of it; our ``dvabatch`` uses
 window 0 for models without input diversity (Policy I's first-stage window for BERT), which is the lead's choice.
 
@@ -10,7 +11,10 @@ Writes ``fig15_peaks.csv`` (one row per model; usable as ``--calib-from`` by the
 stepping level), ``fig15_queries.csv.gz`` (every 4th query of the stepping runs), ``fig15_stepping.png`` and
 ``fig15_peaks.png``.
 
-    .venv/bin/python experiments/fig15_stepping.py [--quick] [--out DIR] [--window-from fig15_peaks.csv]
+Every run serves on ``--stack`` (default: the stack the Titan RTX tables imply, ``triton-tensorrt``, the paper's
+Triton + TensorRT); every CSV has a ``stack`` column and the figures name it.
+
+    .venv/bin/python experiments/fig15_stepping.py [--quick] [--out DIR] [--window-from fig15_peaks.csv] [--stack NAME]
 """
 
 from __future__ import annotations
@@ -24,8 +28,14 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
+from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
+
 PAPER_GAIN = {"bert_base": 1.4681, "bert_large": 1.37}  # §8.3: +46.81 %, 1.37x; equal peaks for the others
 POLICIES = ("delaybatch", "dvabatch", "dvabatch+window")
+# DelayBatch is Triton running the whole TensorRT engine (§8.1): the model unsliced, one launch per batch. On the GPU
+# alone that is the same as one batch at a time through the sliced stages; on a stack with per-batch host costs it
+# is not: the batch's entry (input gathering and copy) runs beside the GPU's work of the batch's first stage only.
+WHOLE = {"stages": 1}
 
 
 def policy_dict(name: str, window: float) -> dict:
@@ -41,52 +51,57 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     p.add_argument("--every", type=int, default=4, help="keep every k-th query in fig15_queries.csv.gz")
     args = common.parse(p, argv)
     models = args.models or (["bert_base", "linknet"] if args.quick else list(common.ALL_MODELS))
-    calib = common.read_calib(args.calib_from)
+    kw = {"stack": args.stack}  # every run's serving stack (None: the one the Titan RTX tables imply)
+    stacks = {m: common.stack_label(m, args.stack) for m in models}
+    calib = common.read_calib(args.calib_from, stacks)
     clock = common.Stopwatch()
     peaks, tuning, levels, queries = [], [], [], []
     for model in models:
         if calib is not None and model in calib.index:
             window = float(calib.loc[model, "delaybatch_window_ms"])
         else:
-            tuned = common.tune_window(model, quick=args.quick, seed=args.seed)
-            tuning.append(tuned)
+            tuned = common.tune_window(model, quick=args.quick, seed=args.seed, **kw, **WHOLE)
+            tuning.append(tuned.assign(stack=stacks[model]))
             window = float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])
-        row = {"model": model, "delaybatch_window_ms": window}
+        row = {"model": model, "stack": stacks[model], "delaybatch_stages": WHOLE["stages"],
+               "delaybatch_window_ms": window}
         for name in POLICIES:
-            res = common.peak(model, policy_dict(name, window), quick=args.quick, seed=args.seed)
+            res = common.peak(model, policy_dict(name, window), quick=args.quick, seed=args.seed, **kw,
+                              **(WHOLE if name == "delaybatch" else {}))
             row[f"peak_qps_{name}"] = res.peak_qps
             row[f"wall_s_{name}"] = res.wall_s
             row[f"at_ladder_top_{name}"] = res.at_ladder_top
-            lv = res.levels.assign(model=model, policy=name)
+            lv = res.levels.assign(model=model, stack=stacks[model], policy=name)
             levels.append(lv)
             st = res.stepping
             keep = st.iloc[:: args.every]
-            queries.append(pd.DataFrame({"model": model, "policy": name, "qid": keep.index.to_numpy(),
+            queries.append(pd.DataFrame({"model": model, "stack": stacks[model], "policy": name,
+                                         "qid": keep.index.to_numpy(),
                                          "offered_qps": keep["offered_qps"].to_numpy(),
                                          "latency_ms": keep["latency_ms"].to_numpy()}))
         row["dva_over_delay"] = row["peak_qps_dvabatch"] / row["peak_qps_delaybatch"]
         row["dvawin_over_delay"] = row["peak_qps_dvabatch+window"] / row["peak_qps_delaybatch"]
         row["paper_dva_over_delay"] = PAPER_GAIN.get(model, 1.0)
         peaks.append(row)
-        print(f"{model}: window {window:.3f} ms, peaks " + ", ".join(
+        print(f"{model} [{stacks[model]}]: window {window:.3f} ms, peaks " + ", ".join(
             f"{n} {row[f'peak_qps_{n}']:.1f}" for n in POLICIES) + f"  [{clock}]", flush=True)
     peaks = pd.DataFrame(peaks).rename(columns={"peak_qps_dvabatch+window": "peak_qps_dvabatch_window",
                                                 "wall_s_dvabatch+window": "wall_s_dvabatch_window",
                                                 "at_ladder_top_dvabatch+window": "at_ladder_top_dvabatch_window"})
-    levels = pd.concat(levels, ignore_index=True)[["model", "policy", "offered_qps", "n", "mean_latency_ms",
+    levels = pd.concat(levels, ignore_index=True)[["model", "stack", "policy", "offered_qps", "n", "mean_latency_ms",
                                                    "p99_latency_ms", "within_qos"]]
     queries = pd.concat(queries, ignore_index=True)
     tuning = pd.concat(tuning, ignore_index=True) if tuning else pd.DataFrame(
-        columns=["model", "max_queue_delay_ms", "peak_qps", "best"])
+        columns=["model", "max_queue_delay_ms", "peak_qps", "best", "stack"])
     common.save(peaks, args.out, "fig15_peaks.csv")
     common.save(levels, args.out, "fig15_levels.csv")
     common.save(tuning, args.out, "fig15_tuning.csv")
     queries.to_csv(args.out / "fig15_queries.csv.gz", index=False, float_format="%.5g")
     plot_stepping(queries, args.out / "fig15_stepping.png")
     plot_peaks(peaks, args.out / "fig15_peaks.png")
-    common.show(peaks[["model", "delaybatch_window_ms", "peak_qps_delaybatch", "peak_qps_dvabatch",
+    common.show(peaks[["model", "stack", "delaybatch_window_ms", "peak_qps_delaybatch", "peak_qps_dvabatch",
                        "peak_qps_dvabatch_window", "dva_over_delay", "paper_dva_over_delay"]],
-                "Figure 15: peak throughput (QPS, p99 <= 200 ms)")
+                f"Figure 15: peak throughput (QPS, p99 <= 200 ms){stack_title(peaks)}")
     print(f"total {clock}")
     return {"peaks": peaks, "levels": levels, "tuning": tuning, "queries": queries}
 
@@ -109,7 +124,7 @@ def plot_stepping(q: pd.DataFrame, path: Path) -> None:
         ax.axhline(200, color="red", ls="--", lw=0.8)
         ax.annotate("SLO 200 ms", xy=(0.01, 200), xycoords=("axes fraction", "data"), xytext=(0, 3),
                     textcoords="offset points", color="red", fontsize=8)
-        ax.set(title=model, xlabel="query id (the load steps up every 2,000 queries)", ylabel="latency (ms)")
+        ax.set(title=f"{model}{stack_title(d)}", xlabel="query id (the load steps up every 2,000 queries)", ylabel="latency (ms)")
         ax2 = ax.twinx()
         first = d[d["policy"] == POLICIES[0]]
         ax2.plot(first["qid"], first["offered_qps"], color="black", lw=1, label="offered load")
@@ -131,7 +146,8 @@ def plot_peaks(peaks: pd.DataFrame, path: Path) -> None:
     long["policy"] = long["policy"].str.replace("peak_qps_", "").str.replace("dvabatch_window", "dvabatch+window")
     fig, ax = plt.subplots(figsize=(9, 4))
     sns.barplot(data=long, x="model", y="peak_qps", hue="policy", ax=ax)
-    ax.set(ylabel="peak throughput (QPS)", xlabel="", title="peak throughput under the stepping load (p99 <= 200 ms)")
+    ax.set(ylabel="peak throughput (QPS)", xlabel="",
+           title=f"peak throughput under the stepping load (p99 <= 200 ms){stack_title(peaks)}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,14 +1,19 @@
 """Figure 18 (paper §8.5): mean latency of LinkNet and UNet at low / medium / high load (1/4, 3/5, 9/10 of the
 tuned DelayBatch's peak throughput) with DVABatch, DVABatch-split (only *split*) and DelayBatch.
 
-DVABatch-split runs behind the tuned DelayBatch window (the paper's DVABatch-split is DVABatch with only split
+DelayBatch runs the model whole (one stage: Triton running the TensorRT engine, §8.1; on a stack with per-batch
+host costs the sliced model would hide a batch's input copy behind its first stage only). DVABatch-split runs
+behind the tuned DelayBatch window (the paper's DVABatch-split is DVABatch with only split
 enabled, fed by Triton's batcher); ``dvabatch`` uses its defaults (window 0 for these models). Every point is the
 mean over ``--seeds`` Poisson runs of ``--queries`` queries.
 
 Writes ``fig18_split.csv`` (one row per model, load, policy, seed), ``fig18_split_mean.csv`` (averaged over the
 seeds, with the reductions vs DelayBatch) and ``fig18_split.png``.
 
-    .venv/bin/python experiments/fig18_split.py [--quick] [--out DIR] [--calib-from fig15_peaks.csv]
+Every run serves on ``--stack`` (default: ``triton-tensorrt``, the stack the Titan RTX tables imply); a
+``--calib-from`` CSV must come from the same stack.
+
+    .venv/bin/python experiments/fig18_split.py [--quick] [--out DIR] [--calib-from fig15_peaks.csv] [--stack NAME]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from dvasim import study  # noqa: E402
+from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 from dvasim.plots import policy_colours  # noqa: E402  (one colour per policy in every figure)
 
 POLICIES = ("dvabatch", "dvabatch-split", "delaybatch")
@@ -35,11 +41,12 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     models = args.models or (["linknet"] if args.quick else ["linknet", "unet"])
     n = args.queries or (600 if args.quick else 5000)
     seeds = range(1, 1 + (args.seeds or (1 if args.quick else 3)))
-    calib = common.read_calib(args.calib_from)
+    kw = {"stack": args.stack}  # every run's serving stack (None: the one the Titan RTX tables imply)
+    calib = common.read_calib(args.calib_from, {m: common.stack_label(m, args.stack) for m in models})
     clock = common.Stopwatch()
     rows = []
     for model in models:
-        c = common.calib_for(model, calib, quick=args.quick, seed=args.seed)
+        c = common.calib_for(model, calib, quick=args.quick, seed=args.seed, **kw)
         pols = {"dvabatch": {"name": "dvabatch"},
                 "dvabatch-split": {"name": "dvabatch-split", "max_queue_delay_ms": c["window"]},
                 "delaybatch": common.delaybatch(c["window"])}
@@ -47,12 +54,14 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
             rate = frac * c["peak_delaybatch"]
             for name, pol in pols.items():
                 for seed in seeds:
-                    s = common.poisson(model, pol, rate, n, seed=seed)
-                    rows.append({"model": model, "load": load, "offered_qps": rate, "policy": name, "seed": seed,
+                    whole = {"stages": 1} if name == "delaybatch" else {}  # Triton runs the engine whole (§8.1)
+                    s = common.poisson(model, pol, rate, n, seed=seed, **kw, **whole)
+                    rows.append({"model": model, "stack": s["stack"], "load": load, "offered_qps": rate, "policy": name,
+                                 "seed": seed,
                                  "window_ms": pol.get("max_queue_delay_ms", 0.0), **s})
         print(f"{model} done [{clock}]", flush=True)
     df = pd.DataFrame(rows)
-    mean = (df.groupby(["model", "load", "policy"], sort=False)
+    mean = (df.groupby(["model", "stack", "load", "policy"], sort=False)
             [["offered_qps", "mean_latency_ms", "p99_latency_ms", "mean_exit_batch_size", "n_split", "n_stretch"]]
             .mean().reset_index())
     base = mean[mean["policy"] == "delaybatch"].set_index(["model", "load"])["mean_latency_ms"]
@@ -61,7 +70,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     common.save(df, args.out, "fig18_split.csv")
     common.save(mean, args.out, "fig18_split_mean.csv")
     plot(mean, args.out / "fig18_split.png")
-    common.show(mean, "Figure 18: mean latency (ms), mean over seeds")
+    common.show(mean, f"Figure 18: mean latency (ms), mean over seeds{stack_title(df)}")
     high = mean[(mean["load"] == "high") & (mean["policy"] == "dvabatch-split")]
     print(f"\nDVABatch-split vs DelayBatch at high load: {high['reduction_vs_delaybatch_%'].mean():.1f}% "
           "(paper: 15.0%)")
@@ -76,7 +85,7 @@ def plot(mean: pd.DataFrame, path: Path) -> None:
     for ax, model in zip(axes.flat, models):
         sns.barplot(data=mean[mean["model"] == model], x="load", y="mean_latency_ms", hue="policy",
                     hue_order=list(POLICIES), palette=policy_colours(POLICIES), ax=ax)
-        ax.set(title=model, xlabel="load", ylabel="mean latency (ms)")
+        ax.set(title=f"{model}{stack_title(mean[mean['model'] == model])}", xlabel="load", ylabel="mean latency (ms)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

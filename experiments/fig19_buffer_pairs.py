@@ -7,7 +7,10 @@ queueing noise). One buffer pair is the serial manner: the stages run one at a t
 
 Writes ``fig19_buffer_pairs.csv`` and ``fig19_buffer_pairs.png``.
 
-    .venv/bin/python experiments/fig19_buffer_pairs.py [--quick] [--out DIR] [--calib-from fig15_peaks.csv]
+Every run serves on ``--stack`` (default: ``triton-tensorrt``, the stack the Titan RTX tables imply); a
+``--calib-from`` CSV must come from the same stack.
+
+    .venv/bin/python experiments/fig19_buffer_pairs.py [--quick] [--out DIR] [--calib-from fig15_peaks.csv] [--stack NAME]
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
+from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
+
 
 def main(argv=None) -> dict[str, pd.DataFrame]:
     p = common.parser(__doc__.split("\n\n")[0])
@@ -29,24 +34,26 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     models = args.models or (["bert_base", "linknet"] if args.quick else list(common.ALL_MODELS))
     pairs = args.pairs or ([1, 2, 3] if args.quick else [1, 2, 3, 4, 5])
     n = args.queries or (600 if args.quick else 4000)
-    calib = common.read_calib(args.calib_from)
+    kw = {"stack": args.stack}  # every run's serving stack (None: the one the Titan RTX tables imply)
+    calib = common.read_calib(args.calib_from, {m: common.stack_label(m, args.stack) for m in models})
     clock = common.Stopwatch()
     rows = []
     for model in models:
-        c = common.calib_for(model, calib, quick=args.quick, seed=args.seed)
+        c = common.calib_for(model, calib, quick=args.quick, seed=args.seed, **kw)
         for load, rate in (("delaybatch_peak", c["peak_delaybatch"]), ("dvabatch_peak", 0.9 * c["peak_dvabatch"])):
             for bp in pairs:
-                s = common.poisson(model, {"name": "dvabatch"}, rate, n, seed=1, buffer_pairs=bp)
-                rows.append({"model": model, "load": load, "offered_qps": rate, "buffer_pairs": bp, **s})
+                s = common.poisson(model, {"name": "dvabatch"}, rate, n, seed=1, buffer_pairs=bp, **kw)
+                rows.append({"model": model, "stack": s["stack"], "load": load, "offered_qps": rate,
+                             "buffer_pairs": bp, **s})
         print(f"{model} done [{clock}]", flush=True)
     df = pd.DataFrame(rows)
     best = df.loc[df.groupby(["model", "load"])["mean_latency_ms"].idxmin(), ["model", "load", "buffer_pairs"]]
     df["best"] = df.index.isin(best.index)
     common.save(df, args.out, "fig19_buffer_pairs.csv")
     plot(df, args.out / "fig19_buffer_pairs.png")
-    piv = df.pivot_table(index=["model", "load"], columns="buffer_pairs", values="mean_latency_ms").reset_index()
+    piv = df.pivot_table(index=["model", "stack", "load"], columns="buffer_pairs", values="mean_latency_ms").reset_index()
     piv.columns = [str(c) if not isinstance(c, str) else c for c in piv.columns]
-    common.show(piv, "Figure 19: DVABatch mean latency (ms) by buffer pairs")
+    common.show(piv, f"Figure 19: DVABatch mean latency (ms) by buffer pairs{stack_title(df)}")
     print(f"total {clock}")
     return {"buffer_pairs": df}
 
@@ -58,6 +65,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     g.set(yscale="log")
     g.set_axis_labels("", "mean latency (ms, log)")
     g.set_xticklabels(rotation=20)
+    g.figure.suptitle(f"DVABatch's mean latency by buffer pairs{stack_title(df)}")
+    g.figure.subplots_adjust(top=0.85)
     g.figure.savefig(path, dpi=110)
     plt.close(g.figure)
 

@@ -4,25 +4,29 @@ overhead (its mean latency minus ZeroBatch's).
 
 The simulated analogue, and why it is fair: in the paper ZeroBatch is Triton running the whole TensorRT engine
 (one launch per batch) and DVABatch runs the model as N sub-engines (one launch, queue hand-off and buffer check
-per stage). The simulator has exactly one source of such cost, ``[engine] launch_overhead_ms`` = x, a host-side
-delay before every stage execution. So ZeroBatch runs the *unsliced* model (1 stage) and DVABatch the model's
-default N stages (2 for BERT, 4 otherwise), both with the *same* x per launch. The GPU work is identical (a
-stage costs the sum of its operators' table times), so with one client (batch size 1, nothing to overlap) the
-overhead is (N - 1) x, exactly. Three values of x are run:
+per stage). So ZeroBatch runs the *unsliced* model (1 stage) and DVABatch the model's default N stages (2 for
+BERT, 4 otherwise), on the same serving stack (``--stack``). The GPU work is identical (a stage costs the sum of
+its operators' table times), and so are the stack's per-batch costs (request handling, input gathering and copy,
+output copy and synchronisation: once per batch either way); what differs is N launches against one.
 
-* x = 0: the mechanism alone (batch table, executors, buffer pairs, Policy I-III with window 0) must add no
-  waiting: the overhead must be 0;
-* x = 0.29 ms: Figure 20's per-stage default (the paper's measured 0.29 ms taken as the cost of each launch);
-* x = 0.29 / mean(N - 1) ms: the per-launch cost at which our six models' mean overhead equals the paper's
-  0.29 ms (a fit by construction, shown to make explicit what the paper's number implies per stage boundary).
+* On a stack with a launch model (the default, ``triton-tensorrt``: ``launch_fixed_ms`` = 0.29 / 4 per stage
+  launch plus 5 us per operator) each launch runs on a host core *while the GPU executes the stage*, as a TensorRT
+  enqueue does; a stage then takes the longer of the two. The overhead is what of the extra N - 1 fixed launch
+  costs the GPU time does not hide. Nothing is added on top (x = 0): the stack's launch cost is already the
+  paper's §8.8 number, spread over four stages.
+* On ``gpu-only`` (no host cost) the only such cost is ``[engine] launch_overhead_ms`` = x, a host-side delay
+  before every stage execution that nothing overlaps, so with one client the overhead is (N - 1) x exactly.
+  Three values are run: x = 0 (the mechanism alone -- batch table, executors, buffer pairs, Policy I-III with
+  window 0 -- must add no waiting), x = 0.29 ms (the paper's measured 0.29 ms taken as the cost of each launch,
+  as in the runs before serving stacks) and x = 0.29 / mean(N - 1) ms (the per-launch cost at which our six
+  models' mean overhead equals the paper's 0.29 ms: a fit by construction).
 
-What the simulator does not have: the paper's explanation of the low overhead is that the host-side work of a
-stage overlaps the GPU execution of the previous one; with one client there is no other work to overlap with in
-our engine, so the delay is fully exposed.
+``expected_overhead_ms`` is (N - 1) x on a stack with no launch model, and the fully exposed bound
+(N - 1) (x + launch_fixed_ms) otherwise.
 
 Writes ``fig21_closed_loop.csv`` and ``fig21_closed_loop.png``.
 
-    .venv/bin/python experiments/fig21_closed_loop.py [--quick] [--out DIR]
+    .venv/bin/python experiments/fig21_closed_loop.py [--quick] [--out DIR] [--stack NAME]
 """
 
 from __future__ import annotations
@@ -37,16 +41,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from dvasim import study  # noqa: E402
+from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 from dvasim.plots import policy_colours  # noqa: E402  (one colour per policy in every figure)
+from dvasim.server.stacks import STACKS  # noqa: E402
 
 PAPER_OVERHEAD_MS = 0.29
 
 
-def closed(model: str, policy: dict, stages: int, x: float, n: int, seed: int) -> dict:
+def closed(model: str, policy: dict, stages: int, x: float, n: int, seed: int, stack: str | None = None) -> dict:
     wl = {"kind": "closed", "clients": 1, "n_queries": n, "think_ms": 0.0, "seed": seed}
-    r = study.run_config(study.make_config(model, policy, wl, stages=stages, engine={"launch_overhead_ms": x}))
+    r = study.run_config(study.make_config(model, policy, wl, stages=stages, engine={"launch_overhead_ms": x},
+                                           stack=stack))
     s = r.summary
-    return {"mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
+    return {"stack": s["stack"], "mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
             "n_completed": s["n_completed"], "mean_exit_batch_size": s["mean_exit_batch_size"]}
 
 
@@ -58,52 +65,65 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     n = args.queries or (100 if args.quick else 1000)
     mean_boundaries = float(np.mean([study.MODELS[m]["stages"] - 1 for m in models]))
     x_fit = PAPER_OVERHEAD_MS / mean_boundaries if mean_boundaries > 0 else 0.0
-    xs = {"0": 0.0, "0.29 per stage": common.LAUNCH_OVERHEAD_MS, "fit": x_fit}
     clock = common.Stopwatch()
     rows = []
     for model in models:
         n_st = study.MODELS[model]["stages"]
+        stack = STACKS[common.stack_label(model, args.stack)]
+        xs = settings(stack, x_fit)
         for label, x in xs.items():
-            z = closed(model, {"name": "zerobatch"}, 1, x, n, args.seed)
-            d = closed(model, {"name": "dvabatch", "max_queue_delay_ms": 0.0}, n_st, x, n, args.seed)
-            rows.append({"model": model, "x_setting": label, "launch_overhead_ms": x, "dvabatch_stages": n_st,
+            z = closed(model, {"name": "zerobatch"}, 1, x, n, args.seed, args.stack)
+            d = closed(model, {"name": "dvabatch", "max_queue_delay_ms": 0.0}, n_st, x, n, args.seed, args.stack)
+            rows.append({"model": model, "stack": d["stack"], "x_setting": label, "launch_overhead_ms": x,
+                         "stack_launch_fixed_ms": stack.launch_fixed_ms, "dvabatch_stages": n_st,
                          "zerobatch_mean_ms": z["mean_latency_ms"], "dvabatch_mean_ms": d["mean_latency_ms"],
                          "overhead_ms": d["mean_latency_ms"] - z["mean_latency_ms"],
-                         "expected_overhead_ms": (n_st - 1) * x,
+                         "expected_overhead_ms": (n_st - 1) * (x + stack.launch_fixed_ms),
                          "zerobatch_p99_ms": z["p99_latency_ms"], "dvabatch_p99_ms": d["p99_latency_ms"],
                          "n_completed_zerobatch": z["n_completed"], "n_completed_dvabatch": d["n_completed"],
                          "mean_exit_batch_size_dvabatch": d["mean_exit_batch_size"]})
         print(f"{model} done [{clock}]", flush=True)
     df = pd.DataFrame(rows)
     df["overhead_%"] = 100 * df["overhead_ms"] / df["zerobatch_mean_ms"]
-    avg = df.groupby("x_setting", sort=False).agg(launch_overhead_ms=("launch_overhead_ms", "first"),
+    avg = df.groupby(["stack", "x_setting"], sort=False).agg(launch_overhead_ms=("launch_overhead_ms", "first"),
                                                   mean_overhead_ms=("overhead_ms", "mean"),
                                                   mean_overhead_pct=("overhead_%", "mean")).reset_index()
     avg["paper_mean_overhead_ms"] = PAPER_OVERHEAD_MS
     common.save(df, args.out, "fig21_closed_loop.csv")
     plot(df, args.out / "fig21_closed_loop.png")
-    common.show(df[["model", "x_setting", "launch_overhead_ms", "dvabatch_stages", "zerobatch_mean_ms",
+    common.show(df[["model", "stack", "x_setting", "launch_overhead_ms", "dvabatch_stages", "zerobatch_mean_ms",
                     "dvabatch_mean_ms", "overhead_ms", "expected_overhead_ms"]],
-                "Figure 21: closed loop, 1 client (ms)", digits=4)
+                f"Figure 21: closed loop, 1 client (ms){stack_title(df)}", digits=4)
     common.show(avg, "mean overhead over the models", digits=4)
     print(f"total {clock}")
     return {"closed_loop": df, "average": avg}
 
 
+def settings(stack, x_fit: float) -> dict[str, float]:
+    """The extra per-launch delays x run on ``stack``: none on a stack with a launch model (its launch cost is the
+    paper's §8.8 overhead already; adding 0.29 ms per stage would count it twice); 0, 0.29 and the fit on a stack
+    with no host cost."""
+    if stack.adds_nothing:
+        return {"0": 0.0, "0.29 per stage": common.LAUNCH_OVERHEAD_MS, "fit": x_fit}
+    return {"0": 0.0}
+
+
 def plot(df: pd.DataFrame, path: Path) -> None:
     plt, sns = common.plt_sns()
-    d = df[df["x_setting"] == "0.29 per stage"]
+    shown = "0.29 per stage" if (df["x_setting"] == "0.29 per stage").any() else "0"
+    d = df[df["x_setting"] == shown]
     long = d.melt(id_vars="model", value_vars=["zerobatch_mean_ms", "dvabatch_mean_ms"], var_name="policy",
                   value_name="mean_latency_ms")
     long["policy"] = long["policy"].str.replace("_mean_ms", "")
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
     sns.barplot(data=long, x="model", y="mean_latency_ms", hue="policy",
                 palette=policy_colours(long["policy"].unique()), ax=a)
-    a.set(title="closed loop, 1 client, launch overhead 0.29 ms per stage", xlabel="", ylabel="mean latency (ms)")
+    what = "launch overhead 0.29 ms per stage" if shown != "0" else "the stack's own launch cost"
+    a.set(title=f"closed loop, 1 client, {what}{stack_title(d)}", xlabel="", ylabel="mean latency (ms)")
     a.tick_params(axis="x", rotation=20)
     sns.barplot(data=df, x="model", y="overhead_ms", hue="x_setting", ax=b)
     b.axhline(PAPER_OVERHEAD_MS, color="red", ls="--", lw=1, label="paper mean (0.29 ms)")
-    b.set(title="DVABatch overhead vs ZeroBatch", xlabel="", ylabel="overhead (ms)")
+    b.set(title=f"DVABatch overhead vs ZeroBatch{stack_title(df)}", xlabel="", ylabel="overhead (ms)")
     b.tick_params(axis="x", rotation=20)
     b.legend(title="launch overhead x", fontsize=8)
     fig.tight_layout()

@@ -16,7 +16,10 @@ its latency grows with the run's length (``stable`` is then false: the study's c
 the queue; an open-loop run does not). Writes ``study_maxbs.csv`` (one row per model, load, MAX-BS and arrival
 process, with the paper's values), ``study_maxbs.png`` and prints the tables in the study's layout.
 
-    .venv/bin/python experiments/study_maxbs.py [--quick] [--out DIR] [--queries N] [--seeds K]
+Every run serves on ``--stack`` (default: ``triton-tensorrt``, the stack the a100 tables imply, the study's
+Triton + TensorRT); the CSV has a ``stack`` column.
+
+    .venv/bin/python experiments/study_maxbs.py [--quick] [--out DIR] [--queries N] [--seeds K] [--stack NAME]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import common  # noqa: E402
 
 import dvasim  # noqa: E402
 from dvasim import study  # noqa: E402
+from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 from dvasim.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
 
@@ -62,22 +66,23 @@ PAPER = {
 TABLE_NO = {"resnet152": 2, "bert_base": 3, "linknet": 4}
 
 
-def reference(model: str, arrivals: str, quick: bool, seed: int) -> float:
+def reference(model: str, arrivals: str, quick: bool, seed: int, stack: str | None = None) -> float:
     stages = study.MODELS[model]["stages"]
     cfg = ch.config(ch.model_cfg(model, stages=stages), ch.strategy_policy("VIII"),
-                    ch.workload(model, 100.0, 1000, kind=arrivals, seed=seed))
+                    ch.workload(model, 100.0, 1000, kind=arrivals, seed=seed), stack=stack)
     return ch.capacity_qps(cfg, quick=quick)[0]
 
 
 def run_point(model: str, max_bs: int, rate: float, n: int, arrivals: str, seed: int,
-              window_ms: float | None = None) -> dict:
+              window_ms: float | None = None, stack: str | None = None) -> dict:
     """One run of the Triton baseline (the study's window unless ``window_ms`` is given), model run whole."""
     policy = ch.triton_policy(model, max_bs)
     if window_ms is not None:
         policy["max_queue_delay_ms"] = window_ms
-    cfg = ch.config(ch.model_cfg(model, stages=1), policy, ch.workload(model, rate, n, kind=arrivals, seed=seed))
+    cfg = ch.config(ch.model_cfg(model, stages=1), policy, ch.workload(model, rate, n, kind=arrivals, seed=seed),
+                    stack=stack)
     s = dvasim.run(cfg).summary
-    return {"throughput_qps": s["throughput_qps"], "mean_latency_ms": s["mean_latency_ms"],
+    return {"stack": s["stack"], "throughput_qps": s["throughput_qps"], "mean_latency_ms": s["mean_latency_ms"],
             "p99_latency_ms": s["p99_latency_ms"], "collected_bs": s["n_queries"] / s["n_batches"],
             "mean_queue_ms": s["mean_queue_ms"], "mean_inference_ms": s["mean_latency_ms"] - s["mean_queue_ms"],
             "stable": bool(s["stable"]), "n_completed": s["n_completed"]}
@@ -96,14 +101,15 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     rows = []
     for model in models:
         for arrivals, seeds in processes:
-            ref = reference(model, arrivals, args.quick, args.seed)
+            ref = reference(model, arrivals, args.quick, args.seed, args.stack)
             for load, frac in ch.LOADS.items():
                 for k, mbs in enumerate(ch.MAX_BS):
-                    runs = pd.DataFrame([run_point(model, mbs, frac * ref, n, arrivals, s) for s in seeds])
-                    r = runs.mean(numeric_only=True).to_dict()
+                    runs = pd.DataFrame([run_point(model, mbs, frac * ref, n, arrivals, s, stack=args.stack)
+                                         for s in seeds])
+                    r = {"stack": runs["stack"].iloc[0], **runs.mean(numeric_only=True).to_dict()}
                     r["stable"] = bool(runs["stable"].all())
                     pt, pl, pb = PAPER[model][load][k]
-                    rows.append({"model": model, "paper_name": ch.PAPER_NAMES[model], "arrivals": arrivals,
+                    rows.append({"model": model, "stack": r["stack"], "paper_name": ch.PAPER_NAMES[model], "arrivals": arrivals,
                                  "load": load, "max_bs": mbs, "reference_peak_qps": ref, "offered_qps": frac * ref,
                                  "paper_offered_qps": frac * ch.STUDY_PEAK_QPS[model], "n_seeds": len(seeds), **r,
                                  "paper_throughput_qps": pt, "paper_latency_ms": pl, "paper_collected_bs": pb})
@@ -117,7 +123,8 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
             if not len(g):
                 continue
             wide = layout(g)
-            common.show(wide, f"Table {TABLE_NO[model]} ({ch.PAPER_NAMES[model]} = {model}, A100 tables, {arrivals} "
+            common.show(wide, f"Table {TABLE_NO[model]} ({ch.PAPER_NAMES[model]} = {model}, A100 tables, "
+                              f"stack {g['stack'].iloc[0]}, {arrivals} "
                               f"arrivals): ours / paper -- throughput (qps), mean latency (ms), collected BS; "
                               f"offered {', '.join(f'{ld} {r:.0f}' for ld, r in g.groupby('load', sort=False)['offered_qps'].first().items())}"
                               " qps", digits=1)
@@ -174,7 +181,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
             if col == "mean_latency_ms":
                 ax.set_yscale("log")
             ax.legend(fontsize=6)
-    save_figure(fig, path, "Triton with varying MAX-BS (solid: dvasim, uniform arrivals; dashed: the study's Tables 2-4)")
+    save_figure(fig, path, "Triton with varying MAX-BS (solid: dvasim, uniform arrivals; dashed: the study's Tables 2-4)"
+                           f"{stack_title(df)}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,11 @@ of *stretch* over the slicing ratio, and over batch-size combinations).
   pipeline), ``policies = []``. Throughput = capacity under the 200 ms p99 (``dvasim.capacity``); also the mean
   latency at a fixed load, 9/10 of strategy VIII's capacity at r = 0.5.
 * **Figure 12**: 1 ... 16 time-even stages (the study used PipeDream's equal-time slicing), same strategies and
-  measures, with no per-stage cost and with 0.29 ms per stage launch (``[engine] launch_overhead_ms``, DVABatch's
-  measured scheduling overhead standing for the study's "synchronization costs between stages").
+  measures. The per-stage cost (the study's "synchronization costs between stages") is the stack's: on
+  ``triton-tensorrt`` (the default) its launch model, 0.29 / 4 ms per stage launch (DVABatch §8.8) plus 5 us per
+  operator, run with nothing added (``launch_overhead_ms`` 0: adding 0.29 ms per stage would count §8.8's number
+  twice); on ``gpu-only`` none, so it is run with no per-stage cost and with 0.29 ms per stage launch
+  (``[engine] launch_overhead_ms``, DVABatch's measured scheduling overhead), as before serving stacks.
 * **Figures 13/14**: one batch of N queries arriving at once, split after Stage_0 into n sub-batches of N/n run one
   after another (``characterization.split_scenario``); speedup = mean latency of naive batching / with split.
   Figure 13: n = 2, N = 4 ... 64; Figure 14: N = 64, n = 2 ... 64.
@@ -20,10 +23,14 @@ of *stretch* over the slicing ratio, and over batch-size combinations).
   speedup = mean latency without stretch (naive batching: BS_1 after BS_0; also pipelined) / with stretch.
   Figure 15: BS_0 = BS_1 = N = 1 ... 32; Figure 16: BS_0 x BS_1 in 1 ... 32 at ratio ``--fig16-ratio``.
 
+Every run, the scripted scenarios included, serves on ``--stack`` (default: ``triton-tensorrt``, the stack the
+a100 tables imply, the study's Triton + TensorRT; its per-batch host costs and launch model apply); every CSV has
+a ``stack`` column.
+
 Writes ``study_fig10_slice_position.csv``, ``study_fig12_stages.csv``, ``study_fig13_split.csv`` (Figure 14's
 rows have ``n_sub`` > 2), ``study_fig15_stretch.csv`` (Figure 16's rows have ``figure`` = 16) and one PNG each.
 
-    .venv/bin/python experiments/study_slicing.py [--quick] [--out DIR] [--figures 10 12 13 15]
+    .venv/bin/python experiments/study_slicing.py [--quick] [--out DIR] [--figures 10 12 13 15] [--stack NAME]
 """
 
 from __future__ import annotations
@@ -40,11 +47,13 @@ import common  # noqa: E402
 
 import dvasim  # noqa: E402
 from dvasim.api import load_profile  # noqa: E402
+from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 from dvasim.plots import save_figure  # noqa: E402
+from dvasim.server.stacks import STACKS  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
 
 STAGES = (1, 2, 3, 4, 6, 8, 12, 16)
-OVERHEADS = (0.0, 0.29)
+OVERHEADS = (0.0, 0.29)  # Figure 12's [engine] launch_overhead_ms on a stack with no launch model (gpu-only)
 SPLIT_BS = (4, 8, 16, 32, 64)
 SPLIT_N = (2, 4, 8, 16, 32, 64)
 STRETCH_BS = (1, 2, 4, 8, 16, 32)
@@ -55,80 +64,95 @@ def profile(model: str, ratio: float | None = None, stages: int | None = None):
     return load_profile(ch.model_cfg(model, ratio=ratio, stages=stages))
 
 
+@functools.lru_cache(maxsize=256)
+def served(model: str, ratio: float | None = None, stages: int | None = None, stack: str | None = None):
+    """The serving stack of the scripted scenarios (:func:`dvasim.studies.characterization.served`)."""
+    return ch.served(ch.model_cfg(model, ratio=ratio, stages=stages), stack)
+
+
+def overheads_for(stack: str | None) -> tuple[float, ...]:
+    """Figure 12's [engine] launch_overhead_ms values: 0 and 0.29 on a stack with no host cost (gpu-only); only 0
+    on one with a launch model, whose launch cost is DVABatch §8.8's 0.29 ms already (spread over 4 stages)."""
+    name = served("resnet152", stages=1, stack=stack).label
+    return OVERHEADS if STACKS[name].adds_nothing else (0.0,)
+
+
 def throughput_point(model: str, section: dict, label: str, load_qps: float, n: int, quick: bool,
-                     overhead: float = 0.0) -> dict:
+                     overhead: float = 0.0, stack: str | None = None) -> dict:
     pol = ch.strategy_policy(label)
-    cap, top = ch.capacity_qps(ch.config(section, pol, ch.workload(model, 100.0, 1000), launch_overhead_ms=overhead),
-                               quick=quick)
-    s = dvasim.run(ch.config(section, pol, ch.workload(model, load_qps, n), launch_overhead_ms=overhead)).summary
-    return {"capacity_qps": cap, "capacity_at_bracket_top": not np.isfinite(top), "load_qps": load_qps,
+    cap, top = ch.capacity_qps(ch.config(section, pol, ch.workload(model, 100.0, 1000), launch_overhead_ms=overhead,
+                                         stack=stack), quick=quick)
+    s = dvasim.run(ch.config(section, pol, ch.workload(model, load_qps, n), launch_overhead_ms=overhead,
+                             stack=stack)).summary
+    return {"stack": s["stack"], "capacity_qps": cap, "capacity_at_bracket_top": not np.isfinite(top), "load_qps": load_qps,
             "mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
             "throughput_at_load_qps": s["throughput_qps"], "stable_at_load": bool(s["stable"])}
 
 
-def reference(model: str, quick: bool) -> float:
+def reference(model: str, quick: bool, stack: str | None = None) -> float:
     return ch.capacity_qps(ch.config(ch.model_cfg(model, ratio=0.5), ch.strategy_policy("VIII"),
-                                     ch.workload(model, 100.0, 1000)), quick=quick)[0]
+                                     ch.workload(model, 100.0, 1000), stack=stack), quick=quick)[0]
 
 
-def fig10(models, ratios, n, quick, clock) -> pd.DataFrame:
+def fig10(models, ratios, n, quick, clock, stack=None) -> pd.DataFrame:
     rows = []
     for model in models:
-        ref = reference(model, quick)
+        ref = reference(model, quick, stack)
         for r in ratios:
             sec = ch.model_cfg(model, ratio=r)
             share = ch.stage_shares(profile(model, ratio=r), 1, ch.seq_len_of(model))[0]
             for label in ch.STRATEGIES:
-                rows.append({"model": model, "ratio": r, "stage0_share_bs1": share, "strategy": label,
-                             "reference_qps": ref, **throughput_point(model, sec, label, 0.9 * ref, n, quick)})
+                pt = throughput_point(model, sec, label, 0.9 * ref, n, quick, stack=stack)
+                rows.append({"model": model, "stack": pt["stack"], "ratio": r, "stage0_share_bs1": share,
+                             "strategy": label, "reference_qps": ref, **pt})
         print(f"figure 10: {model} done [{clock}]", flush=True)
     return pd.DataFrame(rows)
 
 
-def fig12(models, stages, overheads, n, quick, clock) -> pd.DataFrame:
+def fig12(models, stages, overheads, n, quick, clock, stack=None) -> pd.DataFrame:
     rows = []
     for model in models:
-        ref = reference(model, quick)
+        ref = reference(model, quick, stack)
         for ov in overheads:
             for k in stages:
                 sec = ch.model_cfg(model, stages=k)
                 for label in ch.STRATEGIES:
-                    rows.append({"model": model, "stages": k, "launch_overhead_ms": ov, "strategy": label,
-                                 "reference_qps": ref,
-                                 **throughput_point(model, sec, label, 0.9 * ref, n, quick, overhead=ov)})
+                    pt = throughput_point(model, sec, label, 0.9 * ref, n, quick, overhead=ov, stack=stack)
+                    rows.append({"model": model, "stack": pt["stack"], "stages": k, "launch_overhead_ms": ov,
+                                 "strategy": label, "reference_qps": ref, **pt})
         print(f"figure 12: {model} done [{clock}]", flush=True)
     return pd.DataFrame(rows)
 
 
-def fig13(models, ratios, batch_sizes, n_subs) -> pd.DataFrame:
+def fig13(models, ratios, batch_sizes, n_subs, stack=None) -> pd.DataFrame:
     rows = []
     for model in models:
         sl = ch.seq_len_of(model)
         for r in ratios:
-            prof = profile(model, ratio=r)
+            prof, sv = profile(model, ratio=r), served(model, ratio=r, stack=stack)
             cases = [(b, 2) for b in batch_sizes] + [(64, n) for n in n_subs if n != 2]
             for b, nsub in cases:
-                rows.append({"figure": 13 if nsub == 2 else 14, "model": model, "ratio": r,
+                rows.append({"figure": 13 if nsub == 2 else 14, "model": model, "stack": sv.label, "ratio": r,
                              "stage0_share_bs1": ch.stage_shares(prof, 1, sl)[0], "batch_size": b, "n_sub": nsub,
-                             **ch.split_scenario(prof, b, nsub, sl)})
+                             **ch.split_scenario(prof, b, nsub, sl, stack=sv)})
     return pd.DataFrame(rows)
 
 
-def fig15(models, ratios, batch_sizes, grid_ratio) -> pd.DataFrame:
+def fig15(models, ratios, batch_sizes, grid_ratio, stack=None) -> pd.DataFrame:
     rows = []
     for model in models:
         sl = ch.seq_len_of(model)
         for r in ratios:
-            prof = profile(model, ratio=r)
+            prof, sv = profile(model, ratio=r), served(model, ratio=r, stack=stack)
             for b in batch_sizes:
                 for base in ("naive", "pipelined"):
-                    rows.append({"figure": 15, "model": model, "ratio": r, "bs0": b, "bs1": b, "baseline": base,
-                                 **ch.stretch_scenario(prof, b, b, sl, base)})
-        prof = profile(model, ratio=grid_ratio)
+                    rows.append({"figure": 15, "model": model, "stack": sv.label, "ratio": r, "bs0": b, "bs1": b,
+                                 "baseline": base, **ch.stretch_scenario(prof, b, b, sl, base, stack=sv)})
+        prof, sv = profile(model, ratio=grid_ratio), served(model, ratio=grid_ratio, stack=stack)
         for b0 in batch_sizes:
             for b1 in batch_sizes:
-                rows.append({"figure": 16, "model": model, "ratio": grid_ratio, "bs0": b0, "bs1": b1,
-                             "baseline": "naive", **ch.stretch_scenario(prof, b0, b1, sl, "naive")})
+                rows.append({"figure": 16, "model": model, "stack": sv.label, "ratio": grid_ratio, "bs0": b0,
+                             "bs1": b1, "baseline": "naive", **ch.stretch_scenario(prof, b0, b1, sl, "naive", stack=sv)})
     return pd.DataFrame(rows)
 
 
@@ -147,27 +171,30 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     out = {}
     if 10 in args.figures:
         ratios = [0.25, 0.5] if q else ch.ratio_grid(0.1, 0.05, 0.95)
-        df = out["fig10"] = fig10(sweep_models, ratios, n, q, clock)
+        df = out["fig10"] = fig10(sweep_models, ratios, n, q, clock, args.stack)
         common.save(df, args.out, "study_fig10_slice_position.csv")
         plot_lines(df, "ratio", "capacity_qps", args.out / "study_fig10_slice_position.png",
                    "Figure 10: capacity (p99 <= 200 ms) over the slicing ratio Stage_0 / (Stage_0 + Stage_1)")
         show_wide(df, "ratio", "capacity_qps", "Figure 10: capacity (qps) by slicing ratio and strategy")
         show_wide(df, "ratio", "mean_latency_ms", "Figure 10: mean latency (ms) at 9/10 of VIII's capacity at r=0.5")
     if 12 in args.figures:
-        stages, ovs = ((1, 2), (0.29,)) if q else (STAGES, OVERHEADS)
-        df = out["fig12"] = fig12(sweep_models, stages, ovs, n, q, clock)
+        ovs = overheads_for(args.stack)
+        stages, ovs = ((1, 2), ovs[-1:]) if q else (STAGES, ovs)
+        df = out["fig12"] = fig12(sweep_models, stages, ovs, n, q, clock, args.stack)
         common.save(df, args.out, "study_fig12_stages.csv")
         plot_lines(df, "stages", "capacity_qps", args.out / "study_fig12_stages.png",
                    "Figure 12: capacity (p99 <= 200 ms) over the stage count (time-even slicing)",
                    style="launch_overhead_ms")
         for ov in ovs:
             d = df[df["launch_overhead_ms"] == ov]
-            show_wide(d, "stages", "capacity_qps", f"Figure 12: capacity (qps), launch overhead {ov} ms/stage")
+            show_wide(d, "stages", "capacity_qps", f"Figure 12: capacity (qps), launch overhead {ov} ms/stage"
+                                                   f"{stack_title(d)}")
             show_wide(d, "stages", "mean_latency_ms", f"Figure 12: mean latency (ms) at 9/10 of VIII's capacity at "
                                                       f"r=0.5, launch overhead {ov} ms/stage")
     if 13 in args.figures:
         ratios = [0.05, 0.5, 0.95] if q else ch.ratio_grid(0.05)
-        df = out["fig13"] = fig13(models, ratios, SPLIT_BS if not q else (8, 64), SPLIT_N if not q else (2, 8))
+        df = out["fig13"] = fig13(models, ratios, SPLIT_BS if not q else (8, 64), SPLIT_N if not q else (2, 8),
+                                  args.stack)
         common.save(df, args.out, "study_fig13_split.csv")
         plot_micro(df, args.out / "study_fig13_split.png", "split")
         f13 = df[df["figure"] == 13]
@@ -178,7 +205,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
         print(f"figures 13/14 done [{clock}]", flush=True)
     if 15 in args.figures:
         ratios = [0.05, 0.5, 0.95] if q else ch.ratio_grid(0.05)
-        df = out["fig15"] = fig15(models, ratios, STRETCH_BS if not q else (1, 16), args.fig16_ratio)
+        df = out["fig15"] = fig15(models, ratios, STRETCH_BS if not q else (1, 16), args.fig16_ratio, args.stack)
         common.save(df, args.out, "study_fig15_stretch.csv")
         plot_micro(df, args.out / "study_fig15_stretch.png", "stretch")
         f15 = df[(df["figure"] == 15) & (df["baseline"] == "naive")]
@@ -220,7 +247,7 @@ def plot_lines(df, x, y, path, title, style=None) -> None:
             if i == 1:
                 ax.set_yscale("log")
             ax.legend(fontsize=6)
-    save_figure(fig, path, title + " -- strategies I naive, II pipeline, VIII all")
+    save_figure(fig, path, title + " -- strategies I naive, II pipeline, VIII all" + stack_title(df))
 
 
 def plot_micro(df, path, op) -> None:
@@ -248,7 +275,8 @@ def plot_micro(df, path, op) -> None:
             if ax.get_xlabel() == "ratio":
                 ax.axhline(1.0, color="grey", lw=0.8, ls=":")
                 ax.legend(fontsize=6)
-    save_figure(fig, path, f"{op} speedup = mean latency without / with {op} (one scripted scenario, a100 tables)")
+    save_figure(fig, path, f"{op} speedup = mean latency without / with {op} (one scripted scenario, a100 tables)"
+                           f"{stack_title(df)}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ Finding 5 (at low and medium rates the window hardly changes throughput, which f
 Finding 6 (at high rates the window matters, less for BERT, which saturates the GPU with small batches, than for
 ResNet and LinkNet).
 
-    .venv/bin/python experiments/study_window.py [--quick] [--out DIR] [--queries N]
+Every run serves on ``--stack`` (default: ``triton-tensorrt``, the stack the a100 tables imply).
+
+    .venv/bin/python experiments/study_window.py [--quick] [--out DIR] [--queries N] [--stack NAME]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from study_maxbs import reference, run_point  # noqa: E402
 
+from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 from dvasim.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
 
@@ -50,13 +53,13 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     clock = common.Stopwatch()
     rows = []
     for model in models:
-        ref = reference(model, "uniform", args.quick, args.seed)
+        ref = reference(model, "uniform", args.quick, args.seed, args.stack)
         for frac in fractions:
             for w in windows:
-                rows.append({"model": model, "paper_name": ch.PAPER_NAMES[model], "max_bs": MAX_BS[model],
-                             "window_ms": w, "rate_fraction": frac, "mark": MARKS.get(frac, ""),
-                             "reference_peak_qps": ref, "offered_qps": frac * ref,
-                             **run_point(model, MAX_BS[model], frac * ref, n, "uniform", 1, window_ms=w)})
+                r = run_point(model, MAX_BS[model], frac * ref, n, "uniform", 1, window_ms=w, stack=args.stack)
+                rows.append({"model": model, "stack": r["stack"], "paper_name": ch.PAPER_NAMES[model],
+                             "max_bs": MAX_BS[model], "window_ms": w, "rate_fraction": frac,
+                             "mark": MARKS.get(frac, ""), "reference_peak_qps": ref, "offered_qps": frac * ref, **r})
         print(f"{model}: reference (strategy VIII capacity) {ref:.1f} qps [{clock}]", flush=True)
     df = pd.DataFrame(rows)
     common.save(df, args.out, "study_fig9_window.csv")
@@ -71,9 +74,9 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
 def findings(df: pd.DataFrame) -> pd.DataFrame:
     """Per model and rate: the spread of throughput over the windows and the share of the offered rate served."""
     rows = []
-    for (model, frac), g in df.groupby(["model", "rate_fraction"], sort=False):
+    for (model, stack, frac), g in df.groupby(["model", "stack", "rate_fraction"], sort=False):
         t = g["throughput_qps"].to_numpy()
-        rows.append({"model": model, "rate_fraction": frac, "mark": MARKS.get(frac, ""),
+        rows.append({"model": model, "stack": stack, "rate_fraction": frac, "mark": MARKS.get(frac, ""),
                      "offered_qps": float(g["offered_qps"].iloc[0]), "spread_over_windows": (t.max() - t.min()) / t.max(),
                      "served": float(t.mean() / g["offered_qps"].iloc[0]),
                      "best_window_ms": float(g["window_ms"].to_numpy()[int(np.argmax(t))])})
@@ -98,7 +101,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
         ax.set(title=f"{ch.PAPER_NAMES[model]} ({model}, a100, MAX-BS {MAX_BS[model]})", xlabel="request rate (qps)",
                ylabel="throughput (qps)")
         ax.legend(fontsize=7, title="time window")
-    save_figure(fig, path, "Triton's throughput against the request rate per batching time window (the study's Figure 9)")
+    save_figure(fig, path, "Triton's throughput against the request rate per batching time window (the study's Figure 9)"
+                           f"{stack_title(df)}")
 
 
 if __name__ == "__main__":

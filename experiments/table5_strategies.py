@@ -27,7 +27,10 @@ Every point is the mean over ``--seeds`` Poisson runs of ``--queries`` queries. 
 ``table5_strategies_runs.csv`` (one row per seed) and ``table5_strategies.png`` (one panel per model), and prints
 the table in Table 5's layout and a comparison of the orderings at high load with the paper's.
 
-    .venv/bin/python experiments/table5_strategies.py [--quick] [--out DIR] [--queries N] [--seeds K]
+Every run serves on ``--stack`` (default: ``triton-tensorrt``, the stack the Titan RTX tables imply); the CSVs have
+a ``stack`` column and the figure names it.
+
+    .venv/bin/python experiments/table5_strategies.py [--quick] [--out DIR] [--queries N] [--seeds K] [--stack NAME]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from dvasim import study  # noqa: E402
+from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 from dvasim.plots import policy_colours, save_figure  # noqa: E402  (policy_colours: a fixed colour per label)
 from dvasim.studies import characterization as ch  # noqa: E402
 
@@ -63,10 +67,10 @@ PAPER = {
 }
 
 
-def run_one(model: str, policy: dict, rate: float, n: int, seed: int) -> dict:
+def run_one(model: str, policy: dict, rate: float, n: int, seed: int, stack: str | None = None) -> dict:
     wl = {"kind": "poisson", "rate_qps": float(rate), "n_queries": int(n), "seed": seed}
-    s = study.run_config(study.make_config(model, policy, wl)).summary
-    keys = ("throughput_qps", "mean_latency_ms", "p99_latency_ms", "qos_violation_rate", "mean_exit_batch_size",
+    s = study.run_config(study.make_config(model, policy, wl, stack=stack)).summary
+    keys = ("stack", "throughput_qps", "mean_latency_ms", "p99_latency_ms", "qos_violation_rate", "mean_exit_batch_size",
             "n_stretch", "n_split", "mean_batches_in_flight", "n_completed", "n_queries")
     return {k: s[k] for k in keys}
 
@@ -85,18 +89,18 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     rows = []
     for model in models:
         ref, _ = study.peak_by_capacity(model, ch.strategy_policy("VIII"), seed=args.seed,
-                                        refine=1 if args.quick else 4)
+                                        refine=1 if args.quick else 4, stack=args.stack)
         loads = {**study.LOADS, **({"overload": args.overload} if args.overload > 0 else {})}
         for load, frac in loads.items():
             rate = frac * ref
             for label, (st, sp, pl) in ch.TABLE5_STRATEGIES.items():
                 for seed in seeds:
-                    r = run_one(model, ch.strategy_policy(label), rate, n, seed)
-                    rows.append({"model": model, "load": load, "strategy": label, "stretch": st, "split": sp,
+                    r = run_one(model, ch.strategy_policy(label), rate, n, seed, args.stack)
+                    rows.append({"model": model, "stack": r["stack"], "load": load, "strategy": label, "stretch": st, "split": sp,
                                  "pipeline": pl, "reference_peak_qps": ref, "offered_qps": rate, "seed": seed, **r})
         print(f"{model} done (strategy VIII peak {ref:.1f} qps) [{clock}]", flush=True)
     runs = pd.DataFrame(rows)
-    keys = ["model", "load", "strategy", "stretch", "split", "pipeline"]
+    keys = ["model", "stack", "load", "strategy", "stretch", "split", "pipeline"]
     mean = runs.groupby(keys, sort=False).mean(numeric_only=True).reset_index().drop(columns="seed")
     mean["throughput_rel_I"] = mean["throughput_qps"] / mean.groupby(["model", "load"])["throughput_qps"].transform(
         "first")
@@ -109,7 +113,8 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     plot(mean, args.out / "table5_strategies.png")
     wide = mean.pivot_table(index="strategy", columns=["model", "load"], values="throughput_qps", sort=False)
     wide.columns = [f"{PAPER_NAME.get(m, m)} {ld}" for m, ld in wide.columns]
-    common.show(wide.reset_index(), "Table 5: throughput (queries/s) per strategy, model and load", digits=1)
+    common.show(wide.reset_index(), f"Table 5: throughput (queries/s) per strategy, model and load{stack_title(mean)}",
+                digits=1)
     common.show(mean[["model", "load", "strategy", "offered_qps", "throughput_qps", "mean_latency_ms",
                       "p99_latency_ms", "n_stretch", "n_split", "mean_batches_in_flight"]],
                 "per strategy: throughput, mean / p99 latency (ms), meta operations, batches in flight", digits=2)
@@ -168,7 +173,7 @@ def plot(mean: pd.DataFrame, path: Path) -> None:
                     hue_order=list(LABELS), palette=policy_colours(LABELS), ax=ax)
         ax.set(title=f"{PAPER_NAME.get(model, model)} ({model})", xlabel="load", ylabel="throughput (queries/s)")
         ax.legend(title="strategy", fontsize=7, ncol=2)
-    save_figure(fig, path)
+    save_figure(fig, path, f"Table 5's eight strategies{stack_title(mean)}")
 
 
 if __name__ == "__main__":

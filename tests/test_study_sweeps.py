@@ -208,7 +208,9 @@ def test_study_window_quick(out):
 
 
 def test_study_slicing_quick(out):
-    res = load("study_slicing").main(["--quick", "--out", str(out)])
+    # the GPU model's slicing properties (on a host-bound stack the cut also moves work between launch-bound and
+    # GPU-bound stages: ResNet152 on the A100 at batch 1 launches for about as long as it computes)
+    res = load("study_slicing").main(["--quick", "--out", str(out), "--stack", "gpu-only"])
     for name in ("study_fig10_slice_position", "study_fig12_stages", "study_fig13_split", "study_fig15_stretch"):
         assert (out / f"{name}.csv").stat().st_size > 0 and (out / f"{name}.png").stat().st_size > 0, name
     f10 = res["fig10"]
@@ -222,7 +224,7 @@ def test_study_slicing_quick(out):
         s = g.sort_values("ratio")["speedup"].to_numpy()
         assert s[0] > s[-1] and abs(s[-1] - 1) < 0.05
     f15 = res["fig15"]
-    assert set(f15["stack"]) == {"triton-tensorrt"}  # the stack the a100 tables imply, scripted scenarios too
+    assert set(f15["stack"]) == {"gpu-only"}  # --stack reaches every run, the scripted scenarios too
     near_one = f15[(f15["figure"] == 15) & (f15["ratio"] == 0.95)]
     # a late stretch never pays: near Finding 14's limit (0.75 on the GPU alone; the stack's per-batch costs of
     # the batch of its own that the stretch saves move it a little)

@@ -16,6 +16,10 @@ network batching systems on GPUs", BenchCouncil TBench 2024), for ``experiments/
 * Loads: low / medium / high = 1/4, 3/5, 9/10 of the peak of DVABatch (the study's reference, §3.1), here the
   capacity (:func:`dvasim.capacity.capacity`, p99 within 200 ms) of strategy VIII (stretch, split, pipeline on,
   ``policies = []``) with the study-default slicing (:data:`dvasim.study.MODELS` stage counts).
+* Serving stack: the study's Triton 22.05 with TensorRT 8.2 -> ``triton-tensorrt`` (the one the a100 tables imply;
+  :func:`config` and :func:`served` take another by name, e.g. ``gpu-only`` for the GPU alone). Its launch cost
+  (0.29 / 4 ms per stage launch, DVABatch §8.8, plus 5 us per operator) is the per-stage cost; ``[engine]
+  launch_overhead_ms`` adds to it.
 * Slicing ratio (§5.1): the share of the model's time in ``Stage_0`` -> ``[model] ratios = [r, 1 - r]``
   (:func:`dvasim.calibration.slicing.slice_ratios`: the cut at the operator boundary nearest to ``r`` of the
   batch-1 time; :func:`stage_shares` gives the share a table really has).
@@ -31,6 +35,10 @@ engine with a scripted policy (:class:`ScriptedBatches`, not registered: it is o
   ``Stage_1``); without stretch ``BS_1`` is a batch of its own, after ``BS_0`` has left the model (``baseline =
   "naive"``, the study's naive batching) or entering ``Stage_0`` as soon as it is free (``"pipelined"``).
   Speedup = mean latency without / with stretch (over all queries of both batches).
+
+Both take ``stack`` (a :func:`served` result): the stack's launch model and per-batch host costs (request
+handling, input gathering and copy on entry, for the rows a stretch adds too; synchronisation and output copy on
+exit, for every sub-batch of a split); without one they run the GPU alone, as the hand-worked tests do.
 """
 
 from __future__ import annotations
@@ -92,10 +100,29 @@ def workload(model: str, rate_qps: float, n_queries: int, *, kind: str = "unifor
     return wl
 
 
-def config(model_section: dict, policy: dict, wl: dict, *, launch_overhead_ms: float = 0.0) -> dict[str, Any]:
-    return {"model": dict(model_section), "policy": {"max_batch_size": 64, **policy}, "workload": dict(wl),
-            "qos": {"target_ms": QOS_MS},
-            "engine": {"buffer_pairs": 2, "progress": False, "launch_overhead_ms": float(launch_overhead_ms)}}
+def config(model_section: dict, policy: dict, wl: dict, *, launch_overhead_ms: float = 0.0,
+           stack: str | None = None) -> dict[str, Any]:
+    """A run's config. ``stack``: the serving stack by name (``[server] stack``); default: the one the table
+    implies (``triton-tensorrt`` for the a100 tables, the study's Triton + TensorRT). ``launch_overhead_ms`` is
+    ``[engine] launch_overhead_ms``, a delay before every stage launch *added to* the stack's own launch cost."""
+    cfg = {"model": dict(model_section), "policy": {"max_batch_size": 64, **policy}, "workload": dict(wl),
+           "qos": {"target_ms": QOS_MS},
+           "engine": {"buffer_pairs": 2, "progress": False, "launch_overhead_ms": float(launch_overhead_ms)}}
+    if stack is not None:
+        cfg["server"] = {"stack": stack}
+    return cfg
+
+
+def served(model_section: dict, stack: str | None = None):
+    """The serving stack a run of ``model_section`` gets (:class:`dvasim.server.resolve.StackRun`: its host model
+    and per-batch costs, for the table as sliced), for the scripted scenarios; ``stack`` as in :func:`config`."""
+    from dvasim import config as cfgmod
+    from dvasim.calibration.models import resolve_model
+    from dvasim.server.resolve import resolve_stack
+
+    cfg = cfgmod.resolve(config(model_section, {"name": "zerobatch"}, workload(model_section["name"], 1.0, 1),
+                                stack=stack))
+    return resolve_stack(cfg, resolve_model(cfg["model"]))
 
 
 def strategy_policy(label: str) -> dict[str, Any]:
@@ -168,9 +195,10 @@ class ScriptedBatches(Policy):
 
 
 def run_script(profile, groups: list[int], times_ms: list[float], actions: list[str],
-               split: tuple[int, int, int] | None = None, seq_len: int | None = None) -> np.ndarray:
+               split: tuple[int, int, int] | None = None, seq_len: int | None = None, stack=None) -> np.ndarray:
     """Latency (ms) of every query of a scripted scenario: group ``k`` of ``groups[k]`` queries arrives at
-    ``times_ms[k]``; two buffer pairs, fluid device sharing, one instance."""
+    ``times_ms[k]``; two buffer pairs, fluid device sharing, one instance. ``stack``: a :func:`served` result (the
+    stack's launch model and per-batch costs); None: the GPU alone."""
     from dvasim.core.pipeline import Pipeline
     from dvasim.sim.engine import simulate
 
@@ -178,7 +206,9 @@ def run_script(profile, groups: list[int], times_ms: list[float], actions: list[
     pipe = Pipeline(profile, pol, 2)
     arrivals = [float(t) for t, g in zip(times_ms, groups, strict=True) for _ in range(g)]
     n = len(arrivals)
-    res = simulate(pipe, arrivals, [seq_len or 1] * n, sharing="fluid")
+    host = {} if stack is None else {"host": stack.host, "batch_costs": stack.batch,
+                                     "corun_per_worker": stack.corun_per_worker}
+    res = simulate(pipe, arrivals, [seq_len or 1] * n, sharing="fluid", **host)
     if res.stuck is not None:
         raise RuntimeError(f"scripted scenario did not finish: {res.stuck}")
     lat = np.array([q.finish - q.arrival for q in res.queries])
@@ -187,11 +217,12 @@ def run_script(profile, groups: list[int], times_ms: list[float], actions: list[
     return lat
 
 
-def split_scenario(profile, batch_size: int, n_sub: int = 2, seq_len: int | None = None) -> dict[str, float]:
+def split_scenario(profile, batch_size: int, n_sub: int = 2, seq_len: int | None = None,
+                   stack=None) -> dict[str, float]:
     """One batch of ``batch_size`` queries arriving at once, split into ``n_sub`` sub-batches after ``Stage_0``
-    (the study's Figures 13 and 14), against naive batching."""
-    naive = run_script(profile, [batch_size], [0.0], ["new"], seq_len=seq_len)
-    split = run_script(profile, [batch_size], [0.0], ["new"], split=(0, 0, n_sub), seq_len=seq_len)
+    (the study's Figures 13 and 14), against naive batching; ``stack`` as in :func:`run_script`."""
+    naive = run_script(profile, [batch_size], [0.0], ["new"], seq_len=seq_len, stack=stack)
+    split = run_script(profile, [batch_size], [0.0], ["new"], split=(0, 0, n_sub), seq_len=seq_len, stack=stack)
     return {"naive_mean_ms": float(naive.mean()), "split_mean_ms": float(split.mean()),
             "speedup": float(naive.mean() / split.mean())}
 
@@ -200,15 +231,15 @@ STRETCH_GAP_MS = 1e-3  # BS_1 arrives this long after BS_0 (which has then just 
 
 
 def stretch_scenario(profile, bs0: int, bs1: int, seq_len: int | None = None,
-                     baseline: str = "naive") -> dict[str, float]:
+                     baseline: str = "naive", stack=None) -> dict[str, float]:
     """``BS_0`` arrives at 0, ``BS_1`` :data:`STRETCH_GAP_MS` later (the study's Figures 15 and 16): stretched into
     ``BS_0``, or (``baseline``) a batch of its own, after ``BS_0`` has left (``"naive"``) or pipelined
-    (``"pipelined"``)."""
+    (``"pipelined"``); ``stack`` as in :func:`run_script`."""
     if baseline not in ("naive", "pipelined"):
         raise ValueError(f"baseline must be 'naive' or 'pipelined', got {baseline!r}")
     times = [0.0, STRETCH_GAP_MS]
     without = run_script(profile, [bs0, bs1], times, ["new", "new-after" if baseline == "naive" else "new"],
-                         seq_len=seq_len)
-    stretched = run_script(profile, [bs0, bs1], times, ["new", "stretch"], seq_len=seq_len)
+                         seq_len=seq_len, stack=stack)
+    stretched = run_script(profile, [bs0, bs1], times, ["new", "stretch"], seq_len=seq_len, stack=stack)
     return {"without_mean_ms": float(without.mean()), "stretch_mean_ms": float(stretched.mean()),
             "speedup": float(without.mean() / stretched.mean())}
