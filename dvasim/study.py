@@ -67,6 +67,7 @@ class Variant:
     token_only: bool = False
     doc: str = ""
     study_batch_limit: bool = True  # the study's max_batch_size (BS_MAX); False: the policy's own default
+    whole: bool = False  # runs the model unsliced (one stage): Triton runs a TensorRT engine whole
 
     def policy_for(self, window: float) -> dict[str, Any]:
         """The policy dict with the tuned window filled in."""
@@ -76,11 +77,12 @@ class Variant:
 
 _DELAY = {"name": "delaybatch", "max_queue_delay_ms": WINDOW}
 VARIANTS: tuple[Variant, ...] = (
-    Variant("zerobatch", {"name": "zerobatch"}, doc="Triton, no batch window"),
-    Variant("delaybatch", _DELAY, doc="Triton, window tuned for peak throughput"),
+    Variant("zerobatch", {"name": "zerobatch"}, doc="Triton, no batch window", whole=True),
+    Variant("delaybatch", _DELAY, doc="Triton, window tuned for peak throughput", whole=True),
     Variant("dvabatch", {"name": "dvabatch"}, doc="DVABatch, policies identified from the table (§7.1)"),
-    Variant("zerobatch-x2", {"name": "zerobatch"}, {"instances": 2}, doc="ZeroBatch, two model instances"),
-    Variant("delaybatch-x2", _DELAY, {"instances": 2}, doc="DelayBatch, two model instances"),
+    Variant("zerobatch-x2", {"name": "zerobatch"}, {"instances": 2}, doc="ZeroBatch, two model instances",
+            whole=True),
+    Variant("delaybatch-x2", _DELAY, {"instances": 2}, doc="DelayBatch, two model instances", whole=True),
     Variant("dvabatch-window", {"name": "dvabatch", "max_queue_delay_ms": WINDOW},
             doc="DVABatch behind DelayBatch's tuned window"),
     Variant("dva-multientry", {"name": "dvabatch", "policies": []},
@@ -145,6 +147,8 @@ def variant_config(variant: Variant | str, model: str, window: float, workload: 
     """The config of ``variant`` on ``model`` (``window``: DelayBatch's tuned window) under ``workload``."""
     v = VARIANT_BY_LABEL[variant] if isinstance(variant, str) else variant
     engine = {**(cfg_kw.pop("engine", None) or {}), **v.engine}
+    if v.whole:  # Triton's baselines: the model as one engine (their per-batch host work hides behind all of it)
+        cfg_kw["stages"] = 1
     return make_config(model, v.policy_for(window), workload, engine=engine, study_batch_limit=v.study_batch_limit,
                        **cfg_kw)
 
@@ -360,13 +364,13 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
         if windows and model in windows:
             tuned_windows[model] = float(windows[model])
         else:
-            tuned = tune_delaybatch(model, workers=workers, **peak_kw)
+            tuned = tune_delaybatch(model, workers=workers, stages=1, **peak_kw)
             tuned_windows[model] = float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])
         bar.update(1)
     peak_jobs = []
     for model in models:
         peak_jobs.append((model, {"name": "delaybatch", "max_queue_delay_ms": tuned_windows[model]},
-                          {**peak_kw, "refine": refine}))
+                          {**peak_kw, "refine": refine, "stages": 1}))
         if want_dva_peak:
             peak_jobs.append((model, {"name": "dvabatch"}, {**peak_kw, "refine": refine}))
     found = _map(_peak_job, peak_jobs, workers)
@@ -379,7 +383,8 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
         window = tuned_windows[model]
         peak_delay = next(peaks)[0]
         peak_dva = next(peaks)[0] if want_dva_peak else math.nan
-        calib.append({"model": model, "stages": MODELS[model]["stages"], "delaybatch_window_ms": window,
+        calib.append({"model": model, "stages": MODELS[model]["stages"], "baseline_stages": 1,
+                      "delaybatch_window_ms": window,
                       "peak_qps_delaybatch": peak_delay, "peak_qps_dvabatch": peak_dva,
                       "peak_gain_%": 100.0 * (peak_dva / peak_delay - 1.0)})
         for load, frac in LOADS.items():

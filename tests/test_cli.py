@@ -193,8 +193,10 @@ def test_compare_can_find_its_peaks_with_the_capacity_search(tmp_path):
     assert compare_main(["--quick", "--peak", "capacity", "--models", "bert_base", "--policies",
                          "zerobatch,delaybatch,dvabatch", "--out", str(tmp_path / "c")]) == 0
     calib = pd.read_csv(tmp_path / "c" / "calibration.csv").iloc[0]
-    # the DelayBatch peak is exactly what dvasim capacity finds for that window (same search, same effort)
+    # the DelayBatch peak is exactly what dvasim capacity finds for that window (same search, same effort; the
+    # Triton baselines run the model whole, as Triton runs a TensorRT engine)
     cfg = make_config("bert_base", {"name": "delaybatch", "max_queue_delay_ms": float(calib["delaybatch_window_ms"])},
-                      {"kind": "poisson", "rate_qps": 100.0, "n_queries": 1000, "seed": 0})
+                      {"kind": "poisson", "rate_qps": 100.0, "n_queries": 1000, "seed": 0}, stages=1)
+    assert int(calib["baseline_stages"]) == 1
     assert capacity(cfg, 200.0, resolution=0.05, max_queries=8000)["capacity_qps"] == calib["peak_qps_delaybatch"]
     assert calib["peak_qps_dvabatch"] > calib["peak_qps_delaybatch"]  # input diversity: DVABatch removes padding
