@@ -168,3 +168,36 @@ def _result(cap, bracket, slo_ms, percentile, confidence, resolution, top_exceed
             "resolution": (hi / lo - 1.0) if lo > 0 and math.isfinite(hi) else None,
             "resolution_asked": resolution, "top_exceeded": top_exceeded,
             "throughput_bound_qps": bound, "n_probes": len(probes), "probes": probes, "note": note}
+
+
+def sustained_capacity(config: dict[str, Any], slo_ms: float, top: float, *, steps: int = 12,
+                       n_queries: int = 2000, share_slow: float = 0.01, stack: str | None = None, engine=None,
+                       **capacity_kw) -> tuple[float, float]:
+    """The highest rate that meets the SLO with every lower rate of a ladder meeting it too.
+
+    :func:`capacity` assumes that a rate which meets the SLO means every lower one does. A policy whose latency is
+    not monotone in the load breaks that (LazyBatching under a stack's per-launch costs misses its SLA at medium
+    load and meets it again at high load; so do long GraphB windows). This walks the ladder ``top * 0.8**j``
+    (``j = steps .. 1``, slowest first, ``n_queries`` each; more than ``share_slow`` of queries slower than
+    ``slo_ms``, unfinished ones included, fails a rung) and, at the first failing rung, bisects with
+    :func:`capacity` between the last rung that passed and it. Returns ``(sustained, first_fail)``: ``top`` and NaN
+    when every rung passes."""
+    from dvasim.api import run
+
+    passed, first_fail = 0.0, math.nan
+    for j in range(steps, 0, -1):
+        rate = top * 0.8 ** j
+        if rate < 1.0:
+            continue
+        trial = {**config, "workload": {**config["workload"], "rate_qps": rate, "n_queries": n_queries}}
+        lat = run(trial, progress=False, stack=stack, engine=engine).queries["latency_ms"].to_numpy()
+        if np.mean(~(lat <= slo_ms)) > share_slow:
+            first_fail = rate
+            break
+        passed = rate
+    if not math.isfinite(first_fail):
+        return top, first_fail
+    lo = passed if passed > 0 else min(1.0, first_fail / 2)
+    res = capacity(config, slo_ms, percentile=100.0 * (1.0 - share_slow), stack=stack, engine=engine, lo=lo,
+                   hi=first_fail, max_doublings=0, **capacity_kw)
+    return res["capacity_qps"], first_fail

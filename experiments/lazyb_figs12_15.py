@@ -299,7 +299,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
 
 def capacities(models, scales, stack: str, whole_stages: int, quick: bool, seed: int) -> pd.DataFrame:
     """Every policy's capacity under the Figures 12-14 SLA (p99 <= SLA_PAPER x k): see the module docstring."""
-    from dvasim.capacity import capacity
+    from dvasim.capacity import capacity, sustained_capacity
 
     rows = []
     for model in models:
@@ -317,23 +317,8 @@ def capacities(models, scales, stack: str, whole_stages: int, quick: bool, seed:
             t0 = time.perf_counter()
             res = capacity(cfg, SLA_PAPER * k, percentile=99.0, **kw)
             top = res["capacity_qps"]
-            passed, first_fail = 0.0, np.nan
-            for j in range(4 if quick else 12, 0, -1):  # the ladder, slowest rate first
-                rate = top * 0.8 ** j
-                if rate < 1.0:
-                    continue
-                trial = {**cfg, "workload": {**cfg["workload"], "rate_qps": rate,
-                                             "n_queries": 500 if quick else 2000}}
-                lat = dvasim.run(trial, progress=False).queries["latency_ms"].to_numpy()
-                if np.mean(~(lat <= SLA_PAPER * k)) > 0.01:  # unfinished queries count as slow
-                    first_fail = rate
-                    break
-                passed = rate
-            sustained = top
-            if np.isfinite(first_fail):
-                lo = passed if passed > 0 else min(1.0, first_fail / 2)
-                sustained = capacity(cfg, SLA_PAPER * k, percentile=99.0, lo=lo, hi=first_fail, max_doublings=0,
-                                     **kw)["capacity_qps"]
+            sustained, first_fail = sustained_capacity(cfg, SLA_PAPER * k, top, steps=4 if quick else 12,
+                                                       n_queries=500 if quick else 2000, **kw)
             rows.append({"model": model, "paper_model": MODELS[model][0], "stack": res.get("stack", stack),
                          "policy": label, "window_ms_paper": w, "stages": st, "slo_ms": SLA_PAPER * k,
                          "capacity_qps": top, "sustained_qps": sustained, "first_fail_qps": first_fail,

@@ -30,7 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,7 +37,7 @@ import common  # noqa: E402
 
 import dvasim  # noqa: E402
 from dvasim import study  # noqa: E402
-from dvasim.capacity import capacity  # noqa: E402
+from dvasim.capacity import capacity, sustained_capacity  # noqa: E402
 
 MODEL, DEVICE = "bert_base", "h100"
 TARGET_QPS = 5000.0
@@ -69,22 +68,8 @@ def one_gpu(policy: dict, stages: int, server: str, quick: bool, seed: int) -> d
     t0 = time.perf_counter()
     res = capacity(cfg, SLO_MS, percentile=99.0, stack=stack, engine=engine, **kw)
     top = res["capacity_qps"]
-    passed, first_fail = 0.0, math.nan
-    for j in range(4 if quick else 12, 0, -1):
-        rate = top * 0.8 ** j
-        if rate < 1.0:
-            continue
-        trial = {**cfg, "workload": {**cfg["workload"], "rate_qps": rate, "n_queries": 500 if quick else 2000}}
-        lat = dvasim.run(trial, progress=False, stack=stack, engine=engine).queries["latency_ms"].to_numpy()
-        if np.mean(~(lat <= SLO_MS)) > 0.01:  # unfinished queries count as slow
-            first_fail = rate
-            break
-        passed = rate
-    sustained = top
-    if math.isfinite(first_fail):
-        lo = passed if passed > 0 else min(1.0, first_fail / 2)
-        sustained = capacity(cfg, SLO_MS, percentile=99.0, stack=stack, engine=engine, lo=lo, hi=first_fail,
-                             max_doublings=0, **kw)["capacity_qps"]
+    sustained, first_fail = sustained_capacity(cfg, SLO_MS, top, steps=4 if quick else 12,
+                                               n_queries=500 if quick else 2000, stack=stack, engine=engine, **kw)
     return {"stack": res["stack"], "capacity_qps": top, "sustained_qps": sustained, "first_fail_qps": first_fail,
             "top_exceeded": res["top_exceeded"], "probes": res["n_probes"], "wall_s": time.perf_counter() - t0}
 
