@@ -28,6 +28,14 @@ def run_cli(argv, capsys):
     return code, capsys.readouterr().err
 
 
+def assert_worked_or_refused(code, err, out, context) -> None:
+    """A run either works (0) or fails one line with status 2, no traceback, writing nothing."""
+    assert code in (0, 2), (context, code, err)
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (context, err)
+        assert not out.exists(), context
+
+
 @pytest.mark.parametrize("override,field", [
     ("model.cuts=5", "model.cuts"),
     ("model.ratios=[true]", "model.ratios"),
@@ -123,11 +131,7 @@ def test_random_bad_overrides_never_escape(named, tmp_path, capsys):
         out = tmp_path / f"o{i}"
         code = main(["run", rng.choice([CONFIG, named]), "--out", str(out), "--no-figure",
                      "--set", "workload.n_queries=50", *sum([["--set", s] for s in sets], [])])
-        err = capsys.readouterr().err
-        assert code in (0, 2), (sets, code, err)
-        if code == 2:
-            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (sets, err)
-            assert not out.exists(), sets
+        assert_worked_or_refused(code, capsys.readouterr().err, out, sets)
 
 
 # the peer systems' own parameters (issue 14) and the engine's input copies: each key set on its own policy
@@ -164,12 +168,8 @@ def test_random_bad_overrides_of_the_peer_systems_never_escape(named, tmp_path, 
         out = tmp_path / f"p{i}"
         code = main(["run", named, "--out", str(out), "--no-figure", "--set", f'policy={{name="{name}"}}',
                      "--set", "workload.n_queries=40", *sum([["--set", s] for s in sets], [])])
-        err = capsys.readouterr().err
         codes.add(code)
-        assert code in (0, 2), (name, sets, code, err)
-        if code == 2:
-            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (name, sets, err)
-            assert not out.exists(), (name, sets)
+        assert_worked_or_refused(code, capsys.readouterr().err, out, (name, sets))
     assert codes == {0, 2}  # both outcomes were exercised
 
 
@@ -198,10 +198,6 @@ def test_random_bad_overrides_of_the_serving_stack_never_escape(named, tmp_path,
         out = tmp_path / f"s{i}"
         code = main(["run", rng.choice([CONFIG, named]), "--out", str(out), "--no-figure",
                      "--set", "workload.n_queries=40", *sum([["--set", s] for s in sets], [])])
-        err = capsys.readouterr().err
         codes.add(code)
-        assert code in (0, 2), (sets, code, err)
-        if code == 2:
-            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (sets, err)
-            assert not out.exists(), sets
+        assert_worked_or_refused(code, capsys.readouterr().err, out, sets)
     assert codes == {0, 2}
