@@ -92,7 +92,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"],
                         qos_target_ms=cfg["qos"]["target_ms"],
                         input_lengths=workload.seq_lens if profile.seq_lens is not None else None,
-                        stack=served.label)
+                        served=served)
     recorder = None
     if timeline:
         from dvasim.timeline import TimelineRecorder

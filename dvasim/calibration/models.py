@@ -118,11 +118,12 @@ def resolve_model(model_cfg: dict[str, Any]) -> ResolvedModel:
         raise ConfigError("model.slice_batch_size", f"must be an integer batch size in 1..{op_table.max_batch_size} "
                                                     f"(the operator table's), got {sbs!r}")
     table = stage_table(op_table, at_batch_size=sbs, name=f"{name}_{device}", **kwargs)
-    bounds = _parse_bounds(table.provenance.get("slicing", ""))
+    bounds = parse_cuts(table.provenance.get("slicing", ""))
     return ResolvedModel(table, name, device, "small" if device == "cpu" else "full", bounds, op_table)
 
 
-def _parse_bounds(slicing: str) -> list[int] | None:
+def parse_cuts(slicing: str) -> list[int] | None:
+    """The ``cuts=[...]`` of a ``# slicing:`` provenance line: the first operator of each stage (None if absent)."""
     import re
 
     m = re.search(r"cuts=\[([0-9, ]*)\]", slicing)

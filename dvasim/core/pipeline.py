@@ -98,16 +98,16 @@ class Execution:
 class Pipeline:
     def __init__(self, profile, policy: Policy, n_buffer_pairs: int = 2, record_states: bool = False,
                  instances: int = 1, qos_target_ms: float | None = None, input_lengths=None,
-                 stack: str | None = None):
+                 served=None):
         if instances < 1:
             raise ValueError("instances must be >= 1")
         # a policy that brings its own workers (E2bird's multi-granularity engine) says how many instances it
-        # needs: ``instances_needed(profile, qos_target_ms, input_lengths, stack=...)`` (``stack``: the run's serving
-        # stack by name, for a policy whose worker choice weighs the host's costs); with [engine] instances left at
-        # 1 the pipeline takes that many
+        # needs: ``instances_needed(profile, qos_target_ms, input_lengths, served=...)`` (``served``: the run's
+        # resolved serving stack, plain data, for a policy whose worker choice weighs the host's costs); with
+        # [engine] instances left at 1 the pipeline takes that many
         needed = getattr(policy, "instances_needed", None)
         if callable(needed):
-            want = int(needed(profile, qos_target_ms, input_lengths, stack=stack))
+            want = int(needed(profile, qos_target_ms, input_lengths, served=served))
             if instances not in (1, want):
                 from dvasim.errors import ConfigError
 

@@ -54,22 +54,20 @@ runs with the ``fluid`` sharing model whatever ``[engine] sharing`` the run uses
 many streams (its Fig. 7 beyond 64 streams, Fig. 12's slow many-small-worker cases) is not in the fluid model
 unless ``[engine] corun_slowdown`` > 1 is set for the run (the profile always uses 1).
 
-The search's host costs (``stack``): on a serving stack (:mod:`dvasim.server`) the engine charges every worker's
-batch more than its GPU time: the request's handling before it launches, the stage launches on the host's
-launching cores (or under the interpreter lock, for eager stacks), and after it the synchronisation and the
-results' copy back, which hold the worker where the stack's batch thread is idle between its batches. The pipeline names the
-run's stack (``dvasim.run`` passes it; E-Ebird's ``stack`` parameter overrides it) so that the offline profile
-charges each co-running worker exactly that (:class:`WorkerCosts`, read from the stack's published numbers, plain data: :mod:`dvasim.server.stacks` and
-:class:`dvasim.server.costs.BatchCosts`); the search assumes the memory pool (``[engine.transfer] mode =
-"pool"``, E2bird's design), so the inputs' gathering and copy are not charged. Without a stack (a pipeline
-built without one, the replay's) the profile is the GPU alone. ``[server]`` overrides of the stack's fields are not
-seen by the search, nor is an ``[engine.host]``'s custom host.
+The search's host costs: on a serving stack (:mod:`dvasim.server`) the engine charges every worker's batch more
+than its GPU time (the request's handling and the inputs' gathering and copy, the stage launches on the host's
+cores or under the interpreter lock, the synchronisation and the results' copy back, which hold the worker where
+the stack's batch thread idles the GPU between its batches). The pipeline hands the policy the run's resolved stack
+(``dvasim.run`` passes it: ``[server]`` overrides, an ``[engine.host]``'s custom host and the run's
+``[engine.transfer]`` included), and the offline profile charges each co-running worker through the very host
+model and per-batch costs the engine uses (:class:`WorkerCosts`). E-Ebird's ``stack`` parameter names another
+stack instead (under the memory pool, E2bird's design). Without a stack (a pipeline built without one: the
+replay's) the profile is the GPU alone.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -131,10 +129,11 @@ class _Ebird(Policy):
     def engine_workers(self, profile, qos_target_ms, input_lengths) -> list[int]:
         raise NotImplementedError
 
-    def instances_needed(self, profile, qos_target_ms=None, input_lengths=None, stack: str | None = None) -> int:
-        """Workers (one instance each) for this run; ``stack``: the run's serving stack (the pipeline's), which
-        E-Ebird's offline search charges unless its own ``stack`` parameter says otherwise."""
-        self.run_stack = stack
+    def instances_needed(self, profile, qos_target_ms=None, input_lengths=None, served=None) -> int:
+        """Workers (one instance each) for this run; ``served``: the run's resolved serving stack (the pipeline's
+        :class:`dvasim.server.resolve.StackRun`), whose costs E-Ebird's offline search charges unless its own
+        ``stack`` parameter names another."""
+        self.served = served
         self.sizes = self.engine_workers(profile, qos_target_ms, input_lengths)
         return len(self.sizes)
 
@@ -243,86 +242,50 @@ def combinations(total: int, sizes=SIZES) -> list[tuple[int, ...]]:
 
 @dataclass(frozen=True)
 class WorkerCosts:
-    """What a serving stack charges each worker's batch beside its GPU time, as the engine does
-    (:func:`dvasim.sim.engine.simulate` with a stack's ``batch_costs`` and host model), for the offline profile:
+    """What the run's serving stack charges each worker's batch beside its GPU time, for the offline profile: the
+    very host model and per-batch costs the engine charges (:func:`dvasim.sim.engine.simulate`), so that the search
+    and the engine cannot drift apart:
 
-    * at the first stage: ``python_ms`` under the interpreter lock (a Python stack), then the batch's entry
-      (``batch.entry_host_ms``: the request's handling; under the memory pool nothing is gathered) and its copy
-      (``batch.h2d_ms``; 0 under the pool) on the one host-to-device link: before the GPU starts where the stack's
-      batch thread idles the GPU between its batches, else beside the GPU's work;
-    * every stage: its launch ``launch_ms[s] + launch_per_row_ms[s] * b`` on the host's ``cores`` while the GPU
-      runs it (under the interpreter lock throughout where ``lock_launch``: eager launching), the stage ending
-      when both are done;
+    * every stage: the Python-level work ``host.locked(s, b)`` under the interpreter lock, then its launch
+      ``host.launch(s, b)`` on the host's cores while the GPU runs it (under the lock where ``host.locks_launch``:
+      eager launching), the stage ending when both are done;
+    * at the first stage, with per-batch costs: the batch's entry (``batch.entry_host_ms``) and its copy
+      (``batch.h2d_ms``) on the one host-to-device link, before the GPU starts where the stack's batch thread idles
+      the GPU between its batches, else beside the GPU's work;
     * after the last stage: ``batch.exit_ms(b)`` (synchronisation, results' copy back);
-    * the stack's co-run penalty ``corun_per_worker`` on the device, as the engine's.
+    * the stack's co-run penalty ``corun_per_worker`` on the device.
     """
 
     stack: str
-    batch: Any  # a dvasim.server.costs.BatchCosts
-    launch_ms: tuple[float, ...]
-    launch_per_row_ms: tuple[float, ...]
-    python_ms: float = 0.0
-    cores: float = 16.0
-    lock_launch: bool = False
-    corun_per_worker: float = 0.0  # the stack's co-run penalty (executions 1 + k (n - 1) slower while n run)
+    host: Any  # a dvasim.sim.host.HostModel
+    batch: Any = None  # a dvasim.server.costs.BatchCosts, or None (a custom host: launches only)
+    corun_per_worker: float = 0.0
     operators: tuple[int, ...] = ()
     operators_source: str = ""
 
+    @classmethod
+    def of_run(cls, run) -> WorkerCosts | None:
+        """The costs of a :class:`dvasim.server.resolve.StackRun` (None where it adds nothing: the GPU alone)."""
+        if run is None or run.host is None:
+            return None
+        return cls(run.label, run.host, run.batch, run.corun_per_worker, tuple(run.operators or ()),
+                   run.operators_source)
+
     def key(self) -> tuple:
-        b = self.batch
-        return (self.stack, b.request_ms, b.request_per_row_ms, b.sync_ms, b.d2h_gbps, b.output_bytes,
-                b.idle_between_batches, b.python_level, self.launch_ms, self.launch_per_row_ms, self.python_ms,
-                self.cores, self.lock_launch, self.corun_per_worker)
+        import json
 
-
-def stage_operators(profile) -> tuple[list[int], str]:
-    """The zoo's operators in each stage of ``profile``: from a ``# operators:`` line (as
-    :func:`dvasim.server.resolve.stage_operators` reads it), else from a zoo table's operator names and its
-    ``# slicing: ... cuts=[...]`` line, else one per stage (said so)."""
-    from types import SimpleNamespace
-
-    from dvasim.server.resolve import stage_operators as from_provenance  # plain: no simulator import
-
-    prov = getattr(profile, "provenance", {}) or {}
-    n = profile.n_stages
-    if not prov.get("operators", "").strip():
-        names = prov.get("op_names", "").split()
-        m = re.search(r"cuts=\[([0-9, ]*)\]", prov.get("slicing", ""))
-        cuts = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
-        if names and len(cuts) == n and cuts[0] == 0 and cuts[-1] < len(names):
-            ends = [*cuts[1:], len(names)]
-            return [e - b for b, e in zip(cuts, ends)], "the table's operator names and '# slicing:' cuts"
-        if names and n == 1:
-            return [len(names)], "the table's operator names"
-    return from_provenance(SimpleNamespace(table=profile))
+        return (self.stack, json.dumps(self.host.describe(), sort_keys=True, default=str), self.batch,
+                self.corun_per_worker)
 
 
 def worker_costs(stack_name: str, profile, field: str = "policy.stack") -> WorkerCosts | None:
-    """The :class:`WorkerCosts` of the stack named ``stack_name`` for ``profile``'s model under the memory pool
-    (None for a stack that adds nothing: ``gpu-only``, ``as-profiled``)."""
-    from dvasim.server.costs import BatchCosts, model_io
-    from dvasim.server.stacks import STACKS
+    """The :class:`WorkerCosts` of the stack named ``stack_name`` on ``profile`` under E2bird's memory pool (the
+    inputs are on the GPU before a batch forms), as a run on that table resolves it; None for a stack that adds
+    nothing (``gpu-only``, ``as-profiled``)."""
+    from dvasim.server.resolve import stack_run
+    from dvasim.sim.transfer import Transfer
 
-    if not isinstance(stack_name, str) or stack_name not in STACKS:
-        raise ConfigError(field, f"unknown stack {stack_name!r}; allowed: {', '.join(STACKS)}")
-    st = STACKS[stack_name]
-    if st.adds_nothing:
-        return None
-    ops, ops_src = stage_operators(profile)
-    total = sum(ops)
-    (i_b, i_tok, o_b), _ = model_io(getattr(profile, "name", None))
-    batch = BatchCosts(
-        request_ms=st.request_ms, request_per_row_ms=st.request_per_row_ms, gather_per_row_ms=st.gather_per_row_ms,
-        gather_gbps=st.gather_gbps, h2d_gbps=st.h2d_gbps, d2h_gbps=st.d2h_gbps, sync_ms=st.sync_ms,
-        idle_between_batches=st.idle_between_batches, input_bytes=i_b, input_bytes_per_token=i_tok,
-        output_bytes=o_b, copy_inputs=False, python_level=st.interpreter_lock, gather_inputs=False)
-    return WorkerCosts(
-        stack=st.name, batch=batch,
-        launch_ms=tuple(st.launch_fixed_ms + st.launch_per_op_ms * o for o in ops),
-        launch_per_row_ms=tuple(st.launch_per_row_ms * o / total for o in ops),
-        python_ms=st.python_ms if st.interpreter_lock else 0.0, cores=float(st.host_cores),
-        lock_launch=st.modules == "eager", corun_per_worker=st.corun_per_worker, operators=tuple(ops),
-        operators_source=ops_src)
+    return WorkerCosts.of_run(stack_run(stack_name, profile, Transfer(mode="pool"), field))
 
 
 def corun_average_ms(profile, batch_sizes, seq_len: int | None = None, costs: WorkerCosts | None = None) -> float:
@@ -339,42 +302,43 @@ def corun_average_ms(profile, batch_sizes, seq_len: int | None = None, costs: Wo
     ends: list[float] = []
     n = profile.n_stages
     if costs is not None:
-        cores = Device(env, "cores", 1.0, costs.cores)
+        host, batch = costs.host, costs.batch
+        cores = Device(env, "cores", 1.0, host.cores)
         lock = Device(env, "cores", 1.0, 1)  # one interpreter lock
-        spare = costs.cores >= n * len(batch_sizes)  # as the engine: no launch waits for a core
+        spare = host.cores >= n * len(batch_sizes)  # as the engine: no launch waits for a core
         link = [-math.inf]  # the one host-to-device link, one copy at a time
 
     def entry(b: int):
-        pre = costs.batch.entry_host_ms(b, seq_len)
+        pre = batch.entry_host_ms(b, seq_len)
         if pre > 0:
-            yield lock.run(pre) if costs.batch.python_level else env.timeout(pre)
-        h2d = costs.batch.h2d_ms(b, seq_len)
+            yield lock.run(pre) if batch.python_level else env.timeout(pre)
+        h2d = batch.h2d_ms(b, seq_len)
         if h2d > 0:
             link[0] = max(env.now, link[0]) + h2d
             yield env.timeout(link[0] - env.now)
 
     def worker(b: int):
         for s in range(n):
-            first = costs is not None and s == 0
-            if costs is not None and costs.python_ms > 0:
-                yield lock.run(costs.python_ms)
-            if first and costs.batch.idle_between_batches:  # before the GPU starts
+            first = costs is not None and batch is not None and s == 0
+            if costs is not None and host.locked(s, b) > 0:
+                yield lock.run(host.locked(s, b))
+            if first and batch.idle_between_batches:  # before the GPU starts
                 yield from entry(b)
             gpu = dev.run(profile.latency(s, b, seq_len), profile.demand(s, b, seq_len))
-            if first and not costs.batch.idle_between_batches:  # asynchronous copies: beside the GPU's work
+            if first and not batch.idle_between_batches:  # asynchronous copies: beside the GPU's work
                 yield from entry(b)
             if costs is not None:
-                launch = costs.launch_ms[s] + costs.launch_per_row_ms[s] * b
+                launch = host.launch(s, b, seq_len)
                 if launch > 0:
-                    if costs.lock_launch:
+                    if host.locks_launch:
                         yield lock.run(launch)
                     elif spare:
                         yield env.timeout(launch)
                     else:
                         yield cores.run(launch)
             yield gpu
-        if costs is not None:
-            post = costs.batch.exit_ms(b)
+        if costs is not None and batch is not None:
+            post = batch.exit_ms(b)
             if post > 0:
                 yield env.timeout(post)
         ends.append(env.now)
@@ -455,11 +419,8 @@ class EEbird(_Ebird):
             cap = self.max_inf
         top = int(profile.max_batch_size)
         self._levels = [t for t in self.total_bs if t <= cap]
-        from dvasim.server.stacks import STACKS
-
-        run_stack = getattr(self, "run_stack", None)
-        name = self.stack if self.stack is not None else (run_stack if run_stack in STACKS else None)
-        self.search_costs = None if name is None else worker_costs(name, profile)
+        self.search_costs = (worker_costs(self.stack, profile) if self.stack is not None
+                             else WorkerCosts.of_run(getattr(self, "served", None)))
         self.engine_confs = offline_search(profile, self._levels, L, self.search_costs)
         need: Counter = Counter({s: 1 for s in DEFAULT_WORKERS if s <= top})
         for counts in self.engine_confs.values():
@@ -501,8 +462,9 @@ class EEbird(_Ebird):
         d["engine_confs"] = {str(t): list(c) for t, c in self.engine_confs.items()}
         if self.search_costs is not None:
             c = self.search_costs
-            d["search_costs"] = {"stack": c.stack, "request_ms": c.batch.request_ms, "sync_ms": c.batch.sync_ms,
-                                 "idle_between_batches": c.batch.idle_between_batches,
-                                 "launch_ms": list(c.launch_ms), "cores": c.cores, "operators": list(c.operators),
-                                 "operators_source": c.operators_source}
+            d["search_costs"] = {"stack": c.stack, "launch_ms": list(c.host.launch_ms), "cores": c.host.cores,
+                                 "operators": list(c.operators), "operators_source": c.operators_source}
+            if c.batch is not None:
+                d["search_costs"].update(request_ms=c.batch.request_ms, sync_ms=c.batch.sync_ms,
+                                         idle_between_batches=c.batch.idle_between_batches)
         return d

@@ -51,13 +51,16 @@ class StackRun:
     source: str  # why this stack: "config", "engine.host", or the table's implication
     host: Any = None  # a HostModel, or None (no host model)
     batch: BatchCosts | None = None
-    corun_per_worker: float = 0.0
     operators: list[int] | None = None
     operators_source: str = ""
 
     @property
     def label(self) -> str:
         return self.stack.name
+
+    @property
+    def corun_per_worker(self) -> float:
+        return self.stack.corun_per_worker
 
     def describe(self) -> dict[str, Any]:
         out = {**self.stack.describe(), "source": self.source}
@@ -129,9 +132,9 @@ def implied_stack(model) -> tuple[str, str]:
 
 def stage_operators(model) -> tuple[list[int], str]:
     """Operators in each stage: from a named model's cut bounds; from a table's provenance (``# operators:`` with
-    one count per stage, or the model's total with the cuts of its ``# slicing:`` line, as ``dvasim profile``
-    writes them); else one per stage (said so)."""
-    import re
+    one count per stage, or the model's total -- ``# operators:`` as ``dvasim profile`` writes it, or the zoo
+    table's ``# op_names:`` -- with the cuts of its ``# slicing:`` line); else one per stage (said so)."""
+    from dvasim.calibration.models import parse_cuts
 
     table = model.table
     n = table.n_stages
@@ -142,24 +145,31 @@ def stage_operators(model) -> tuple[list[int], str]:
         return [e - b for b, e in zip(bounds, ends)], "the zoo's operators in each stage (the model's cuts)"
     prov = getattr(table, "provenance", {}) or {}
     text = prov.get("operators", "").strip()
-    if text:
-        try:
-            ops = [int(x) for x in text.replace(";", ",").split(",") if x.strip()]
-        except ValueError:
-            ops = []
-        m = re.search(r"cuts=\[([0-9, ]*)\]", prov.get("slicing", ""))
-        cuts = [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
-        if len(ops) == 1 and len(cuts) == n and cuts[0] == 0 and ops[0] > cuts[-1]:
-            ends = [*cuts[1:], ops[0]]
-            return [e - b for b, e in zip(cuts, ends)], "the table's '# operators:' total and '# slicing:' cuts"
-        if len(ops) == 1 and n == 1 and ops[0] >= 1:
-            return ops, "the table's '# operators:' line"
-        if len(ops) != n or min(ops) < 1:
-            raise ConfigError("model.table", f"its '# operators:' line must give {n} counts >= 1 (one per stage), "
-                                             f"or the model's total with a '# slicing: ... cuts=[...]' line; got "
-                                             f"{text!r}")
-        return ops, "the table's '# operators:' line"
-    return [1] * n, "unknown (no '# operators:' line): one operator per stage assumed"
+    names = prov.get("op_names", "").split()
+    if not text and not names:
+        return [1] * n, "unknown (no '# operators:' line): one operator per stage assumed"
+    try:
+        ops = [int(x) for x in text.replace(";", ",").split(",") if x.strip()] if text else [len(names)]
+    except ValueError:
+        ops = []
+    where = "'# operators:'" if text else "'# op_names:'"
+    cuts = parse_cuts(prov.get("slicing", "")) or []
+    if len(ops) == 1 and len(cuts) == n and cuts[0] == 0 and ops[0] > cuts[-1]:
+        ends = [*cuts[1:], ops[0]]
+        return [e - b for b, e in zip(cuts, ends)], f"the table's {where} total and '# slicing:' cuts"
+    if len(ops) != n or min(ops) < 1:
+        raise ConfigError("model.table", f"its '# operators:' line must give {n} counts >= 1 (one per stage), or the "
+                                         f"model's total with a '# slicing: ... cuts=[...]' line; got {text!r}")
+    return ops, f"the table's {where} line"
+
+
+def stack_run(name: str, table, transfer=None, field: str = "server.stack") -> StackRun:
+    """The :class:`StackRun` of the stack called ``name`` on a bare stage table (operators from its provenance), as
+    a run on that table would resolve it (``transfer``: the run's input-copy model, e.g. E2bird's memory pool)."""
+    from types import SimpleNamespace
+
+    model = SimpleNamespace(table=table, name=None, bounds=None, op_table=None)
+    return resolve_stack({"engine": {}, "server": {"stack": stack_by_name(name, field).name}}, model, transfer)
 
 
 def _need_operators(host: dict, ops_src: str) -> None:
@@ -195,7 +205,7 @@ def resolve_stack(cfg: dict[str, Any], model, transfer=None, stack: str | None =
                                                              "with one ([server] stack = ...) to set its costs")
     n = model.table.n_stages
     ops, ops_src = stage_operators(model)
-    run = StackRun(st, source, corun_per_worker=st.corun_per_worker)
+    run = StackRun(st, source)
     base_dir = cfg.get("base_dir")
     if st.adds_nothing:
         if eng_host:
