@@ -352,14 +352,13 @@ def launch_law(a, c, ops, used=None) -> dict[str, Any]:
 
 
 def law_stage_launch(law: dict[str, Any], ops) -> tuple[list[float], list[float]]:
-    """The per-stage launch lines ``(a, c)`` the law gives stages of ``ops`` operators (as the simulator's host
-    model applies it, :func:`dvasim.sim.host.host_from_config`)."""
-    total = float(sum(ops))
-    a = [law["launch_fixed_ms"] + law["launch_per_op_ms"] * o for o in ops]
-    a[0] += law.get("first_launch_ms", 0.0)
-    a[-1] += law.get("last_launch_ms", 0.0)
-    c = [law["launch_model_per_row_ms"] * o / total for o in ops]
-    return a, c
+    """The per-stage launch lines ``(a, c)`` the law gives stages of ``ops`` operators: the simulator's host model's
+    own (:func:`dvasim.sim.host.host_from_config`)."""
+    from dvasim.sim.host import BOUNDARY_KEYS, LAW_KEYS, host_from_config
+
+    keys = {k: law[k] for k in (*LAW_KEYS, *BOUNDARY_KEYS) if k in law}
+    host = host_from_config(keys, len(ops), operators=list(ops))
+    return host.launch_ms, host.launch_per_row_ms
 
 
 def copy_law(copy_a, copy_c, model: str | None = None, seq_len: float | None = None) -> dict[str, Any]:
