@@ -119,7 +119,7 @@ def test_each_named_stack_serves_one_query_as_its_numbers_say(name):
            "server": {"stack": name}, "workload": {"kind": "explicit", "arrivals_ms": [0.0]}}
     res = dvasim.run(cfg)
     (i_b, _tok, o_b), _ = model_io("resnet152")
-    gpu = res.config["model"]  # the stage's time is the table's
+    model_cfg = res.config["model"]  # the stage's GPU time is the table's
     from dvasim.calibration.models import resolve_model
 
     t1 = resolve_model(cfg["model"]).table.latency(0, 1)
@@ -132,7 +132,7 @@ def test_each_named_stack_serves_one_query_as_its_numbers_say(name):
     locked = st.python_ms if st.interpreter_lock else 0.0
     launch = st.launch_fixed_ms + st.launch_per_op_ms * 157 + st.launch_per_row_ms
     exit_ = st.sync_ms + ms(o_b, st.d2h_gbps)
-    assert gpu["name"] == "resnet152"
+    assert model_cfg["name"] == "resnet152"
     if st.idle_between_batches:  # the entry before the GPU starts
         want = locked + entry + h2d + max(launch, t1) + exit_
     else:  # asynchronous copies: the entry on the host beside the GPU's work, with the launch

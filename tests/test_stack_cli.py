@@ -156,33 +156,28 @@ def test_sweep_runs_every_point_on_the_stack_and_caches_per_stack(cfg, engine, t
 
 
 def test_compare_passes_the_stack_and_names_it_in_rows_tables_and_titles(tmp_path, monkeypatch, capsys):
-    """compare's wiring without its minutes of runs: the study is a stub that records what it was asked for and
-    returns rows as :func:`dvasim.study.compare` does (with each run's summary["stack"])."""
+    """A real quick compare on one model: the study is asked for the stack and the engine file, and every row,
+    printed table and figure title names the stack (spies record the calls and run the real functions)."""
     from dvasim import compare as cmp
     from dvasim import plots, study
 
-    asked = {}
+    asked, titles = {}, []
+    real_compare, real_bars = study.compare, plots.policy_bars
 
-    def fake_compare(models, **kw):
+    def spy_compare(models, **kw):
         asked.update(kw)
-        rows = [{"model": m, "load": ld, "offered_qps": 100.0, "policy": p, "policy_name": p, "stack": kw["stack"],
-                 "dva_policies": "", "instances": 1, "mean_latency_ms": 5.0 + i, "p99_latency_ms": 9.0 + i,
-                 "throughput_qps": 100.0, "qos_violation_rate": 0.0, "mean_exit_batch_size": 2.0, "n_stretch": 0,
-                 "n_stretch_started": 0, "n_split": 0, "mean_batches_in_flight": 1.0, "n_completed": 100,
-                 "n_queries": 100}
-                for m in models for ld in study.LOADS for i, p in enumerate(("zerobatch", "dvabatch"))]
-        calib = pd.DataFrame([{"model": m, "stages": 4, "delaybatch_window_ms": 1.0, "peak_qps_delaybatch": 200.0,
-                               "peak_qps_dvabatch": 220.0, "peak_gain_%": 10.0} for m in models])
-        return pd.DataFrame(rows), calib
+        return real_compare(models, **kw)
 
-    titles = []
-    monkeypatch.setattr(study, "compare", fake_compare)
-    monkeypatch.setattr(plots, "policy_bars", lambda res, metric, path, title="", **kw: titles.append(title))
+    def spy_bars(res, metric, path, title="", **kw):
+        titles.append(title)
+        return real_bars(res, metric, path, title=title, **kw)
+
+    monkeypatch.setattr(study, "compare", spy_compare)
+    monkeypatch.setattr(plots, "policy_bars", spy_bars)
     engine = tmp_path / "e.toml"
     engine.write_text(ENGINE)
-    assert cmp.main(["--models", "resnet152", "--policies", "zerobatch,dvabatch", "--stack", "tfserving",
-                     "--engine", str(engine), "--out", str(tmp_path / "c")]) == 0
-    # (the real study.compare takes these names: the next test)
+    assert cmp.main(["--quick", "--models", "resnet152", "--policies", "zerobatch,dvabatch", "--stack", "tfserving",
+                     "--engine", str(engine), "--workers", "1", "--out", str(tmp_path / "c")]) == 0
     assert asked["stack"] == "tfserving" and asked["engine_file"] == str(engine)
     res = pd.read_csv(tmp_path / "c" / "compare.csv")
     assert list(res.columns[:2]) == ["model", "stack"] and set(res["stack"]) == {"tfserving"}

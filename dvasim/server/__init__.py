@@ -17,6 +17,6 @@ picks a run's stack (named in the config, else the one its table's source implie
 needs from it. Imports: the standard library, :mod:`dvasim.errors`, and (in ``resolve``) the host model.
 """
 
-from dvasim.server.stacks import STACKS, ServingStack, stack_names
+from dvasim.server.stacks import STACKS, ServingStack
 
-__all__ = ["STACKS", "ServingStack", "stack_names"]
+__all__ = ["STACKS", "ServingStack"]

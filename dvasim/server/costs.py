@@ -13,10 +13,11 @@ and on the way out (at every last-stage completion: each sub-batch of a split an
     exit = sync_ms + out_bytes / d2h_gbps
 
 with ``in_bytes = rows * input_bytes(padded length)`` and ``out_bytes = rows * output_bytes``; bandwidths in GB/s
-(1 GB = 1e9 bytes, so ``bytes / (gbps * 1e6)`` is in ms). The entry costs hold the first stage's executor (the
-instance's thread prepares the batch before it launches it, so its GPU side waits). The exit cost holds the last
-stage's executor only where the stack's batch thread synchronises and answers before it takes its next batch
-(``idle_between_batches``); otherwise a completion thread does it and only the batch's queries wait for it.
+(1 GB = 1e9 bytes, so ``bytes / (gbps * 1e6)`` is in ms). Where the stack's batch thread leaves the GPU idle
+between its batches (``idle_between_batches``: it prepares a batch, runs it, synchronises and answers before it
+takes the next) the entry comes before the first stage's GPU work and the exit holds the last stage's executor.
+Otherwise (asynchronous copies, a completion thread: Triton's TensorRT backend) the entry runs on the host beside
+the first stage's GPU work and the exit delays only the batch's answers (:func:`dvasim.sim.engine.simulate`).
 
 The input and output sizes of the zoo's models (:data:`MODEL_IO`) are the shapes of
 :mod:`dvasim.calibration.zoo` (written out here so that the simulator needs no torch): float32 images, BERT's
@@ -89,9 +90,3 @@ class BatchCosts:
     def exit_ms(self, rows: int) -> float:
         """Synchronisation and the outputs' device-to-host copy after the last stage."""
         return self.sync_ms + _ms(rows * self.output_bytes, self.d2h_gbps)
-
-    @property
-    def any(self) -> bool:
-        return bool(self.request_ms or self.request_per_row_ms or self.gather_per_row_ms or self.sync_ms
-                    or self.gather_gbps != float("inf") or self.h2d_gbps != float("inf")
-                    or self.d2h_gbps != float("inf"))

@@ -282,7 +282,3 @@ _add(ServingStack(
                             "E2bird engines have at most 6 workers: no penalty. (Its 'many workers of batch size 1 "
                             "... 4x' mixes interference with the lost batching, which the device model has)",
     }))
-
-
-def stack_names() -> list[str]:
-    return list(STACKS)
