@@ -358,19 +358,20 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
         raise ValueError(f"peak must be 'stepping' or 'capacity', got {peak!r}")
     kw = {"device": device} if qos_ms == QOS_MS else {"device": device, "qos_ms": float(qos_ms)}
     kw.update({k: v for k, v in (("stack", stack), ("engine_file", engine_file)) if v is not None})
+    delay_kw = {"stages": 1} if VARIANT_BY_LABEL["delaybatch"].whole else {}  # its tuning and peak as it runs
     peak_kw = {**kw, "peak": peak} if peak != "stepping" else kw
     tuned_windows = {}
     for model in models:
         if windows and model in windows:
             tuned_windows[model] = float(windows[model])
         else:
-            tuned = tune_delaybatch(model, workers=workers, stages=1, **peak_kw)
+            tuned = tune_delaybatch(model, workers=workers, **delay_kw, **peak_kw)
             tuned_windows[model] = float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])
         bar.update(1)
     peak_jobs = []
     for model in models:
         peak_jobs.append((model, {"name": "delaybatch", "max_queue_delay_ms": tuned_windows[model]},
-                          {**peak_kw, "refine": refine, "stages": 1}))
+                          {**peak_kw, "refine": refine, **delay_kw}))
         if want_dva_peak:
             peak_jobs.append((model, {"name": "dvabatch"}, {**peak_kw, "refine": refine}))
     found = _map(_peak_job, peak_jobs, workers)
@@ -383,7 +384,8 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
         window = tuned_windows[model]
         peak_delay = next(peaks)[0]
         peak_dva = next(peaks)[0] if want_dva_peak else math.nan
-        calib.append({"model": model, "stages": MODELS[model]["stages"], "baseline_stages": 1,
+        calib.append({"model": model, "stages": MODELS[model]["stages"], "baseline_stages": delay_kw.get("stages",
+                                                                                                  MODELS[model]["stages"]),
                       "delaybatch_window_ms": window,
                       "peak_qps_delaybatch": peak_delay, "peak_qps_dvabatch": peak_dva,
                       "peak_gain_%": 100.0 * (peak_dva / peak_delay - 1.0)})

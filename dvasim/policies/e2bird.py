@@ -320,8 +320,9 @@ def corun_average_ms(profile, batch_sizes, seq_len: int | None = None, costs: Wo
     def worker(b: int):
         for s in range(n):
             first = costs is not None and batch is not None and s == 0
-            if costs is not None and host.locked(s, b) > 0:
-                yield lock.run(host.locked(s, b))
+            locked = host.locked(s, b) if costs is not None else 0.0
+            if locked > 0:
+                yield lock.run(locked)
             if first and batch.idle_between_batches:  # before the GPU starts
                 yield from entry(b)
             gpu = dev.run(profile.latency(s, b, seq_len), profile.demand(s, b, seq_len))
