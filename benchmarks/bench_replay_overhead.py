@@ -4,7 +4,7 @@
 Method
 ------
 For each small model (3 stages) the script first profiles the replay's own stage modules *now*, as the replay
-runs them (``dvasim.replay.validate.serving_stage_table``: TorchScript by default, one thread per stage, stages in
+runs them (``dvasim.fitting.validate.serving_stage_table``: TorchScript by default, one thread per stage, stages in
 pipeline order with a pause between rounds), because this shared virtual machine's speed drifts over hours; then
 it replays
 ZeroBatch, where no two stage executions ever overlap, in two settings:
@@ -13,7 +13,7 @@ ZeroBatch, where no two stage executions ever overlap, in two settings:
 * **open loop** (Poisson arrivals at ``--load`` of ZeroBatch's capacity, as in the fidelity matrix's low load):
   the executors sleep between queries, as in serving.
 
-For every stage launch the engine records (``time.perf_counter``; see ``dvasim.replay.engine``) when the control
+For every stage launch the engine records (``time.perf_counter``; see ``dvasim.engines.replay.engine``) when the control
 plane started it, when its thread began, when the computation ended and when the control plane learnt it. Per
 launch the script reports
 
@@ -28,7 +28,7 @@ launch the script reports
   simulator's ``[engine] admission_delay_ms``.
 
 ``sched + copy`` of the open-loop run is the simulator's ``launch_overhead_ms`` (what
-``dvasim.replay.validate.fit_engine`` fits, and what ``experiments/validation/run_matrix.py --calibrate`` puts
+``dvasim.fitting.validate.fit_engine`` fits, and what ``experiments/validation/run_matrix.py --calibrate`` puts
 into the fidelity matrix's configs). The script also prints a bare thread hand-off microbenchmark for reference.
 
 Usage::
@@ -101,8 +101,8 @@ def _launch_stats(r) -> dict:
 
 def measure(model: str, stages: int, queries: int, load: float, tmp: Path) -> dict:
     from dvasim.api import run
-    from dvasim.replay import replay
-    from dvasim.replay.validate import serving_stage_table
+    from dvasim.engines.replay import replay
+    from dvasim.fitting.validate import serving_stage_table
 
     base = {
         "model": {"name": model, "device": "cpu", "stages": stages},

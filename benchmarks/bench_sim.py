@@ -12,10 +12,10 @@ import argparse
 import statistics
 import time
 
-from dvasim.calibration.table import LatencyTable, default_table_path
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
+from dvasim.model.table import LatencyTable, default_table_path
 from dvasim.policies import make_policy
-from dvasim.sim.engine import simulate
 from dvasim.workload import poisson_arrivals
 
 

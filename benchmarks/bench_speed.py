@@ -134,7 +134,7 @@ LOADS = ("issue", "sat")
 
 
 def bert_config(policy: str, n: int, load: str = "sat", stack: str = "gpu-only") -> dict:
-    from dvasim.calibration.models import resolve_model
+    from dvasim.model.catalog import resolve_model
     from dvasim.workload import load_lengths
 
     model = {"name": "bert_base", "device": "titanrtx", "stages": 4}

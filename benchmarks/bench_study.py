@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--json", help="also write the numbers to this JSON file")
     args = ap.parse_args()
     import dvasim
-    from dvasim import study
+    from dvasim.studies import evaluation as study
 
     calib = pd.read_csv(ROOT / "experiments/results/compare/calibration.csv").set_index("model")
     rows = []

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dvasim import study
-from dvasim.plots import model_panels  # noqa: F401  (the scripts' panel grid: common.model_panels)
+from dvasim.reporting.plots import model_panels  # noqa: F401  (the scripts' panel grid: common.model_panels)
+from dvasim.studies import evaluation as study
 
 RESULTS = Path(__file__).resolve().parent / "results"  # the committed results
 DEFAULT_OUT = Path("results") / "experiments"  # where a run writes unless told otherwise
@@ -120,7 +120,7 @@ def stepping_spec(quick: bool, cap_qps: float | None = None, step_queries: int |
 def peak(model: str, policy: dict[str, Any], *, quick: bool = False, cap_qps: float | None = None, seed: int = 0,
          refine: int | None = None, refine_queries: int | None = None, step_queries: int | None = None,
          **cfg_kw) -> Peak:
-    """Peak throughput as :func:`dvasim.study.peak_throughput` defines it (the highest offered rate whose p99 stays
+    """Peak throughput as :func:`dvasim.studies.evaluation.peak_throughput` defines it (the highest offered rate whose p99 stays
     within the QoS target: stepping bracket, then bisection at constant-rate Poisson loads).
 
     ``cap_qps`` stops the stepping load after the first level at or above it (the later levels are all above the
@@ -160,7 +160,7 @@ def peak(model: str, policy: dict[str, Any], *, quick: bool = False, cap_qps: fl
 def tune_window(model: str, *, quick: bool = False, windows=None, cap_qps: float | None = None,
                 **cfg_kw) -> pd.DataFrame:
     """DelayBatch's peak per window (``study.window_candidates`` unless given); ``best`` marks the highest peak
-    (ties: the smaller window), as :func:`dvasim.study.tune_delaybatch` chooses."""
+    (ties: the smaller window), as :func:`dvasim.studies.evaluation.tune_delaybatch` chooses."""
     if windows is None:
         windows = study.window_candidates(model, cfg_kw.get("device", "titanrtx"))
         if quick:
@@ -220,7 +220,7 @@ def calib_for(model: str, calib: pd.DataFrame | None, *, quick: bool, seed: int 
 def stack_label(model: str, stack: str | None = None, device: str = "titanrtx") -> str:
     """The stack a run of ``model`` serves on (``stack``, else the one its table implies), as ``summary["stack"]``
     names it; for the CSVs of runs whose summaries are not kept (peak searches)."""
-    from dvasim.compare import stack_of
+    from dvasim.studies.compare import stack_of
 
     return stack_of(model, device, stack)
 
@@ -261,7 +261,7 @@ def show(df: pd.DataFrame, title: str = "", digits: int = 3) -> None:
 
 
 def plt_sns():
-    from dvasim.plots import _plt
+    from dvasim.reporting.plots import _plt
 
     return _plt()
 

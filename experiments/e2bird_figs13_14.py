@@ -3,7 +3,7 @@ Static) against N-Ebird and E-Ebird on the modelled Titan RTX, under a serving s
 ``tfserving``, the paper's own: TF-Serving's batch thread, see ``dvasim stacks tfserving``).
 
 * **Figure 14** (peak throughput under the QoS target): for every model and system, the highest Poisson rate whose
-  p99 latency stays within 200 ms, found by :func:`dvasim.capacity.capacity` (bracketing and bisection to 2%, each
+  p99 latency stays within 200 ms, found by :func:`dvasim.studies.capacity.capacity` (bracketing and bisection to 2%, each
   probe decided with 95% confidence). Written to ``e2bird_fig14_capacity.csv`` / ``.png``.
 * **Figure 13** (latency under the diurnal load, §8.2): 400 queries, the first 150 at a low rate, the last 250 at a
   high rate (workload ``kind = "phases"``, Poisson within a phase). The paper calls the load high when TF-Serving's
@@ -53,8 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dvasim  # noqa: E402
-from dvasim.capacity import capacity  # noqa: E402
 from dvasim.server.stacks import STACKS  # noqa: E402
+from dvasim.studies.capacity import capacity  # noqa: E402
 
 PAPER_STACK = "tfserving"  # E2bird's own stack (§3.2, §8.1)
 QOS_MS = 200.0

@@ -28,7 +28,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
+from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 PAPER_GAIN = {"bert_base": 1.4681, "bert_large": 1.37}  # §8.3: +46.81 %, 1.37x; equal peaks for the others
 POLICIES = ("delaybatch", "dvabatch", "dvabatch+window")
@@ -109,7 +109,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
 def plot_stepping(q: pd.DataFrame, path: Path) -> None:
     models = list(dict.fromkeys(q["model"]))
     plt, sns, fig, axes = common.model_panels(models, 5.2, 3.6)
-    from dvasim.plots import PALETTE
+    from dvasim.reporting.plots import PALETTE
 
     # the policies' colours of every figure ("dvabatch+window" is the variant dvabatch-window)
     colors = {name: PALETTE[name.replace("+", "-")] for name in POLICIES}

@@ -29,8 +29,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
-from dvasim.plots import policy_colours  # noqa: E402  (one colour per policy in every figure)
+from dvasim.reporting.plots import policy_colours  # noqa: E402  (one colour per policy in every figure)
+from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 PAPER = {"bert_base": 1.468, "bert_large": 1.37}  # §8.4: average over the tasks (+46.8 %, 1.37x)
 

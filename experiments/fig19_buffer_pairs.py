@@ -23,7 +23,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
+from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 
 def main(argv=None) -> dict[str, pd.DataFrame]:

@@ -39,8 +39,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 from dvasim.server.stacks import STACKS  # noqa: E402
+from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 PAPER_BEST = {"bert_base": 2, "linknet": 4, "resnet152": 4}  # §8.7
 

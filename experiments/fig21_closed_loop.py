@@ -40,10 +40,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dvasim import study  # noqa: E402
-from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
-from dvasim.plots import policy_colours  # noqa: E402  (one colour per policy in every figure)
+from dvasim.reporting.plots import policy_colours  # noqa: E402  (one colour per policy in every figure)
 from dvasim.server.stacks import STACKS  # noqa: E402
+from dvasim.studies import evaluation as study  # noqa: E402
+from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 PAPER_OVERHEAD_MS = 0.29
 

@@ -41,7 +41,7 @@ also printed) and ``lazyb_capacity.csv``.
 batcher serves at its arrival rates, and at our scaled rates every batcher but Serial serves all it is offered (the
 h100 tables batch far more cheaply than the rates the scale maps to), so the ratio is 1.00 by construction. What a
 batcher can serve is its capacity: for Serial, every GraphB(N), LazyB and Oracle, the highest Poisson rate whose p99
-latency stays within the Figures 12-14 SLA (100 x k ms), by :func:`dvasim.capacity.capacity` (2% resolution, 95%
+latency stays within the Figures 12-14 SLA (100 x k ms), by :func:`dvasim.studies.capacity.capacity` (2% resolution, 95%
 confidence per probe): ``capacity_qps``. That search assumes that a rate passes whenever a higher one does, which
 fails for LazyB under a serving stack (its predictor knows the GPU's times only, and it pushes most at medium load,
 so it can miss the SLA at medium rates and meet it at higher ones) and for GraphB windows close to the SLA (a lone
@@ -68,8 +68,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dvasim  # noqa: E402
-from dvasim.calibration.models import resolve_model  # noqa: E402
-from dvasim.plots import save_figure  # noqa: E402
+from dvasim.model.catalog import resolve_model  # noqa: E402
+from dvasim.reporting.plots import save_figure  # noqa: E402
 from dvasim.workload import workload_from_config  # noqa: E402
 
 DEVICE = "h100"
@@ -299,7 +299,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
 
 def capacities(models, scales, stack: str, whole_stages: int, quick: bool, seed: int) -> pd.DataFrame:
     """Every policy's capacity under the Figures 12-14 SLA (p99 <= SLA_PAPER x k): see the module docstring."""
-    from dvasim.capacity import capacity, sustained_capacity
+    from dvasim.studies.capacity import capacity, sustained_capacity
 
     rows = []
     for model in models:

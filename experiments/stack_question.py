@@ -5,7 +5,7 @@ For every serving stack (``gpu-only``, the lower bound; ``cudagraph``, the one t
 given as ``engine=``: its own host model, the stack ``custom``), and for ZeroBatch, DelayBatch and DVABatch at 2 and
 4 stages (BERT-base, ``device = "h100"``, GLUE RTE lengths, max batch 64), one GPU's capacity under the SLO:
 
-* ``capacity_qps``: :func:`dvasim.capacity.capacity` (Poisson arrivals, p99 <= 50 ms, 2% resolution, each probe
+* ``capacity_qps``: :func:`dvasim.studies.capacity.capacity` (Poisson arrivals, p99 <= 50 ms, 2% resolution, each probe
   decided with 95% confidence);
 * ``sustained_qps``: that search assumes that a rate passes whenever a higher one does; every config is also run
   on a ladder of rates below its capacity (``0.8^j`` of it, ``j`` = 12 .. 1; 2,000 queries each, pass = at most 1%
@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dvasim  # noqa: E402
-from dvasim import study  # noqa: E402
-from dvasim.capacity import capacity, sustained_capacity  # noqa: E402
+from dvasim.studies import evaluation as study  # noqa: E402
+from dvasim.studies.capacity import capacity, sustained_capacity  # noqa: E402
 
 MODEL, DEVICE = "bert_base", "h100"
 TARGET_QPS = 5000.0

@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 import dvasim  # noqa: E402
-from dvasim import study  # noqa: E402
-from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
-from dvasim.plots import save_figure  # noqa: E402
+from dvasim.reporting.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
+from dvasim.studies import evaluation as study  # noqa: E402
+from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 # Tables 2-4: model -> load -> rows (MAX-BS 1..64) of (throughput, latency ms, collected BS)
 PAPER = {

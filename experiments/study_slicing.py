@@ -8,7 +8,7 @@ of *stretch* over the slicing ratio, and over batch-size combinations).
 
 * **Figure 10**: two stages cut at slicing ratio r (``[model] ratios = [r, 1 - r]``), strategies I (naive
   batching: no stretch, split or pipelining), II (pipelined execution only) and VIII (stretch + split +
-  pipeline), ``policies = []``. Throughput = capacity under the 200 ms p99 (``dvasim.capacity``); also the mean
+  pipeline), ``policies = []``. Throughput = capacity under the 200 ms p99 (``dvasim.studies.capacity``); also the mean
   latency at a fixed load, 9/10 of strategy VIII's capacity at r = 0.5.
 * **Figure 12**: 1 ... 16 time-even stages (the study used PipeDream's equal-time slicing), same strategies and
   measures. The per-stage cost (the study's "synchronization costs between stages") is the stack's: on
@@ -47,10 +47,10 @@ import common  # noqa: E402
 
 import dvasim  # noqa: E402
 from dvasim.api import load_profile  # noqa: E402
-from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
-from dvasim.plots import save_figure  # noqa: E402
+from dvasim.reporting.plots import save_figure  # noqa: E402
 from dvasim.server.stacks import STACKS  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
+from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 STAGES = (1, 2, 3, 4, 6, 8, 12, 16)
 OVERHEADS = (0.0, 0.29)  # Figure 12's [engine] launch_overhead_ms on a stack with no launch model (gpu-only)

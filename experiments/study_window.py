@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from study_maxbs import reference, run_point  # noqa: E402
 
-from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
-from dvasim.plots import save_figure  # noqa: E402
+from dvasim.reporting.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
+from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 MAX_BS = {"resnet152": 64, "bert_base": 16, "linknet": 8}  # the study's §4.3
 WINDOWS_MS = (0.01, 0.1, 0.5, 2.0, 10.0)

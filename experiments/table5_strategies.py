@@ -11,8 +11,8 @@ batching), II = 001, III = 010, IV = 011, V = 100, VI = 101, VII = 110, VIII = 1
 **Models.** ResNet = ``resnet152`` (4 stages), BERT = ``bert_base`` (2 stages, GLUE RTE lengths), LinkNet =
 ``linknet`` (4 stages), on the Titan RTX tables (``[model] device = "titanrtx"``), ``bs_max`` 64, QoS 200 ms.
 
-**Loads.** Low / medium / high = 1/4, 3/5, 9/10 (``dvasim.study.LOADS``) of the peak throughput of strategy VIII
-(everything on) found by :func:`dvasim.capacity.capacity` (p99 within 200 ms, Poisson; ``study.peak_by_capacity``).
+**Loads.** Low / medium / high = 1/4, 3/5, 9/10 (``dvasim.studies.evaluation.LOADS``) of the peak throughput of strategy VIII
+(everything on) found by :func:`dvasim.studies.capacity.capacity` (p99 within 200 ms, Poisson; ``study.peak_by_capacity``).
 Table 5's own loads fit these fractions: its low / medium throughputs (all strategies equal, so = offered) are in
 the ratio 0.415 (ResNet 1083 / 2608, LinkNet 830 / 1974), i.e. 1/4 : 3/5, and at high load the best strategies
 reach about 9/10 of four times the low load. At high load, a strategy whose capacity is below the offered rate
@@ -44,10 +44,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dvasim import study  # noqa: E402
-from dvasim.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
-from dvasim.plots import policy_colours, save_figure  # noqa: E402  (policy_colours: a fixed colour per label)
+from dvasim.reporting.plots import policy_colours, save_figure  # noqa: E402  (policy_colours: a fixed colour per label)
 from dvasim.studies import characterization as ch  # noqa: E402
+from dvasim.studies import evaluation as study  # noqa: E402
+from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 LABELS = tuple(ch.TABLE5_STRATEGIES)  # Table 5's rows in its order
 PAPER_NAME = ch.PAPER_NAMES

@@ -5,7 +5,7 @@ stretched batch still finishes within the target of its oldest query's arrival, 
 batch-1 latency instead (0.25 was the former default). This sweep measures what each fixed fraction costs or saves,
 and the QoS rule against them.
 
-For each model of ``dvasim.study.MODELS`` (Titan RTX tables) at the low / medium / high loads (``study.LOADS``
+For each model of ``dvasim.studies.evaluation.MODELS`` (Titan RTX tables) at the low / medium / high loads (``study.LOADS``
 fractions of DelayBatch's peak throughput, read from ``--calib-from``, default the committed
 ``experiments/results/compare/calibration.csv``) it runs Poisson workloads (5,000 queries, seed 1) with
 ``{"name": "dvabatch", "t_comp_wait_frac": f}`` for every f of :data:`FRACS`, plus one no-stretch reference:
@@ -47,7 +47,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dvasim import study  # noqa: E402
+from dvasim.studies import evaluation as study  # noqa: E402
 
 FRACS = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 8.0)
 CALIB = common.RESULTS / "compare" / "calibration.csv"

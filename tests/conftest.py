@@ -7,7 +7,7 @@ import itertools
 import pandas as pd
 import pytest
 
-from dvasim.calibration.table import LatencyTable
+from dvasim.model.table import LatencyTable
 
 
 def make_table(n_stages, fn, batch_sizes=range(1, 65), seq_lens=None, name="synthetic") -> LatencyTable:

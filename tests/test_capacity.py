@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from dvasim.capacity import capacity, clopper_pearson, min_queries_to_pass, throughput_bound_qps
 from dvasim.cli import main
 from dvasim.errors import ConfigError
+from dvasim.studies.capacity import capacity, clopper_pearson, min_queries_to_pass, throughput_bound_qps
 
 
 def one_stage(tmp_path, t_ms=2.0, kind="uniform"):

@@ -3,7 +3,7 @@
 import pytest
 import simpy
 
-from dvasim.sim.device import Device
+from dvasim.engines.sim.device import Device
 
 
 def finish_times(mode, jobs, slowdown=1.0):

@@ -9,11 +9,11 @@ import pytest
 import dvasim
 from dvasim.core.pipeline import Pipeline, PolicyError
 from dvasim.core.query import Query
+from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy
 from dvasim.policies.base import New, Policy, Stretch
 from dvasim.policies.dvabatch import padding_waste
-from dvasim.sim.engine import simulate
 from tests.conftest import make_table
 
 LENS = (16, 32, 64, 128)

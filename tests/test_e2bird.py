@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 import dvasim
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
 from dvasim.policies.e2bird import combinations, default_max_inf, offline_search
-from dvasim.sim.engine import simulate
-from dvasim.sim.transfer import Transfer
+from dvasim.server.transfer import Transfer
 from dvasim.workload import workload_from_config
 from tests.conftest import make_table, random_cost_table
 from tests.test_pipeline_properties import Monitor
@@ -433,7 +433,7 @@ def test_transfer_override_sets_a_subkey(tmp_path):
 @pytest.mark.parametrize("name", ["n-ebird", "e-ebird"])
 def test_replay_runs_each_ebird_policy(name):
     pytest.importorskip("torch")
-    from dvasim.replay import replay
+    from dvasim.engines.replay import replay
     from tests.test_replay import assert_outputs_match
 
     params = {"workers": [1, 2, 4]} if name == "n-ebird" else {"total_bs": [4]}

@@ -29,8 +29,8 @@ def test_e2bird_figs13_14_quick(tmp_path):
 import pytest  # noqa: E402
 
 import dvasim  # noqa: E402
-from dvasim.calibration.models import resolve_model  # noqa: E402
 from dvasim.errors import ConfigError  # noqa: E402
+from dvasim.model.catalog import resolve_model  # noqa: E402
 from dvasim.policies.e2bird import EEbird, corun_average_ms, offline_search, worker_costs  # noqa: E402
 
 

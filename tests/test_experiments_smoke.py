@@ -146,8 +146,8 @@ def test_fig21_closed_loop_on_the_papers_stack(out):
 @pytest.mark.slow
 def test_truncated_stepping_gives_the_study_peak():
     """``common.peak`` with ``cap_qps`` (the stepping load stopped early) finds the same peak as
-    ``dvasim.study.peak_throughput`` (the whole ladder)."""
-    from dvasim import study
+    ``dvasim.studies.evaluation.peak_throughput`` (the whole ladder)."""
+    from dvasim.studies import evaluation as study
 
     common = load("common")
     full = study.peak_throughput("resnet152", {"name": "dvabatch"})

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from dvasim.plots import PALETTE, policy_bars, policy_colours, slo_line  # noqa: E402
+from dvasim.reporting.plots import PALETTE, policy_bars, policy_colours, slo_line  # noqa: E402
 
 
 def _texts(ax):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from dvasim.cli import main
-from dvasim.fit import fit, overlap_fraction, read_replay, write_engine
-from dvasim.fitcheck import TARGETS, score_case
+from dvasim.fitting.check import TARGETS, score_case
+from dvasim.fitting.fit import fit, overlap_fraction, read_replay, write_engine
 from tests.synthetic_replays import write_replay
 
 DATA = Path(__file__).parent / "data" / "h100_replays"
@@ -86,7 +86,7 @@ def test_fit_on_zerobatch_predicts_the_bert_dvabatch_collapse(tmp_path):
     only, in the format that fits any slicing (the launch per operator, and the first and last stages' differences
     from it: the replays' first and last BERT stages launch ~15% more than the middle ones), the host model must
     reproduce it within the issue's targets."""
-    from dvasim.fit import table_operators
+    from dvasim.fitting.fit import table_operators
 
     ops = table_operators(DATA / "bert_base_serving_table.csv")  # the cut the replays ran
     eng = write_engine(fit([DATA / "bert_base_zerobatch_0.6", DATA / "bert_base_zerobatch_0.85"], operators=ops),
@@ -100,7 +100,7 @@ def test_fit_on_zerobatch_predicts_the_bert_dvabatch_collapse(tmp_path):
 
 def test_fit_on_zerobatch_predicts_resnet_delaybatch(tmp_path):
     # the replays ran the cut of their serving table (39/39/40/39 operators; today's zoo cuts stages = 4 elsewhere)
-    from dvasim.fit import table_operators
+    from dvasim.fitting.fit import table_operators
 
     ops = table_operators(DATA / "resnet152_serving_table.csv")
     eng = write_engine(fit([DATA / "resnet152_zerobatch_0.6", DATA / "resnet152_zerobatch_0.85"], operators=ops),
@@ -172,7 +172,7 @@ def test_read_replay_reads_gzip(tmp_path):
 
 def test_fit_cores_recovers_the_launching_cores():
     """Launches simulated by an independent event loop (processor sharing on c cores): the fit finds c."""
-    from dvasim.fit import fit_cores, segments
+    from dvasim.fitting.fit import fit_cores, segments
 
     rng = np.random.default_rng(1)
     for c_true in (1.0, 2.0, 3.0):
@@ -210,7 +210,7 @@ def test_fit_cores_needs_overlap(tmp_path):
 
 def test_stall_clustering_recovers_bursts():
     """A host that stalls in bursts: base probability 0.01, 0.3 within 50 ms after a burst-starting stall."""
-    from dvasim.fit import stall_clustering
+    from dvasim.fitting.fit import stall_clustering
 
     rng = np.random.default_rng(3)
     t = np.cumsum(rng.uniform(1.0, 3.0, 40000))  # launches every 2 ms on average

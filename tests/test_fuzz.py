@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
 from dvasim.policies import make_policy
-from dvasim.sim.engine import simulate
 from tests.conftest import make_table
 from tests.test_pipeline_properties import Monitor
 

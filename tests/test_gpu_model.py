@@ -201,8 +201,8 @@ def test_h100_validation_record_matches_tables():
 def test_h100_fit_is_reproducible():
     """Refitting on the measured operators (about 15 s) gives the shipped parameters (rounded to 4 digits)."""
     pytest.importorskip("scipy")
-    from dvasim.calibration import build_gpu_tables as b
-    from dvasim.calibration import gpu_model as gm
+    from dvasim.model import build_gpu_tables as b
+    from dvasim.model import gpu_model as gm
 
     p = b.fit_h100()
     for k in b.H100_FIT_KEYS:
@@ -331,7 +331,7 @@ def test_validation_errors_and_tolerance_claims():
 @pytest.fixture(scope="module")
 def gm():
     pytest.importorskip("torch")
-    from dvasim.calibration import gpu_model
+    from dvasim.model import gpu_model
 
     return gpu_model
 
@@ -340,7 +340,7 @@ def gm():
 def test_published_points_recomputed(gm):
     """Re-run the model for every published point: same predictions as recorded, and each point the README
     claims within tolerance is within 25 % of the published measurement."""
-    from dvasim.calibration import build_gpu_tables as bt
+    from dvasim.model import build_gpu_tables as bt
 
     rec = pd.read_csv(GPU / "validation_errors.csv")
     fresh = pd.concat([bt.validate_e2bird(), bt.validate_nexus(), bt.validate_a100()], ignore_index=True)
@@ -358,7 +358,7 @@ def test_flops_against_flopcounter_and_published(gm):
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from dvasim.calibration import zoo
+    from dvasim.model import zoo
 
     for name, seq, published_gmacs in (
         ("resnet50", None, 4.09),
@@ -380,7 +380,7 @@ def test_flops_against_flopcounter_and_published(gm):
 @pytest.mark.parametrize("name", ["resnet152", "vgg19", "linknet"])
 def test_weights_read_once_per_batch(gm, name):
     """The batch-independent bytes of all kernels are the weights (+ BN statistics): 4 bytes per parameter."""
-    from dvasim.calibration import zoo
+    from dvasim.model import zoo
 
     fixed = sum(k.bytes_fixed for o in gm.op_templates(name) for k in o)
     m = zoo.build(name, "full", device="meta")

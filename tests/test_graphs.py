@@ -9,8 +9,8 @@ import pytest
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
-from dvasim.replay import replay  # noqa: E402
-from dvasim.replay.graphs import CpuGraphs, GraphStage  # noqa: E402
+from dvasim.engines.replay import replay  # noqa: E402
+from dvasim.model.stages.graphs import CpuGraphs, GraphStage  # noqa: E402
 from tests.test_replay import assert_outputs_match, cfg  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def test_auto_modules_is_torchscript_on_cpu():
 
 
 def test_graph_profile_and_launch_side_file(tmp_path):
-    from dvasim.calibration.profiler import (
+    from dvasim.model.profiling.profiler import (
         LAUNCH_KINDS,
         launch_path,
         profile_launch,
@@ -78,8 +78,8 @@ def test_graph_profile_and_launch_side_file(tmp_path):
         save_launch,
         save_profile,
     )
-    from dvasim.calibration.table import LatencyTable
-    from dvasim.sim.host import LaunchTable
+    from dvasim.model.table import LatencyTable
+    from dvasim.server.host import LaunchTable
 
     df = profile_stages("bert_base", 2, batch_sizes=[1, 2], seq_lens=[16, 32], warmup=1, repeats=3,
                         modules="cudagraph")
@@ -110,7 +110,7 @@ def test_validate_gpu_tables_feed_the_host_model(tmp_path):
     host model: the same files, made through the CPU stand-in, drive a simulation."""
     from dvasim import config as cfgmod
     from dvasim.api import run
-    from dvasim.replay.validate import gpu_stage_table
+    from dvasim.fitting.validate import gpu_stage_table
 
     c = cfgmod.resolve(cfg("bert_base", "zerobatch", rate=100.0, n=40, stages=2))
     c["policy"]["max_batch_size"] = 2

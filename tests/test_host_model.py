@@ -1,4 +1,4 @@
-"""The host model of a GPU run (dvasim.sim.host): launch costs, launching cores, one interpreter lock, stalls.
+"""The host model of a GPU run (dvasim.server.host): launch costs, launching cores, one interpreter lock, stalls.
 
 Each expected figure is worked by hand from the model's definition in the module docstring."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy
-from dvasim.sim.engine import simulate
-from dvasim.sim.host import HostModel, LaunchTable, host_from_config
+from dvasim.server.host import HostModel, LaunchTable, host_from_config
 from tests.conftest import make_table
 
 

@@ -25,10 +25,10 @@ import dvasim
 from dvasim.core.batch_table import Batch
 from dvasim.core.pipeline import Pipeline
 from dvasim.core.query import Query
+from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
 from dvasim.policies.lazybatch import LazyBatch, coverage_length
-from dvasim.sim.engine import simulate
 from tests.conftest import make_table, random_cost_table
 from tests.test_pipeline_properties import Monitor, run_random_load
 
@@ -272,7 +272,7 @@ def test_run_by_name_and_resolved_config(tmp_path):
 
 
 def test_host_model_and_sweep_accept_it(tmp_path):
-    from dvasim.sweep import sweep
+    from dvasim.studies.sweep import sweep
 
     table = _write_table(tmp_path / "t.csv")
     base = {"model": {"table": table}, "policy": {"name": "lazybatch", "sla_ms": 30.0},
@@ -334,7 +334,7 @@ def test_parameters_beyond_the_table_are_refused():
 @pytest.mark.parametrize("predictor", ["conservative", "oracle"])
 def test_replay_runs_lazybatch(predictor):
     pytest.importorskip("torch")
-    from dvasim.replay import replay
+    from dvasim.engines.replay import replay
     from tests.test_replay import assert_outputs_match
 
     c = {

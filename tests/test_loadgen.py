@@ -11,10 +11,10 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 pytest.importorskip("mlperf_loadgen")
 
-import dvasim.replay.loadgen as lgmod  # noqa: E402
+import dvasim.engines.replay.loadgen as lgmod  # noqa: E402
 from dvasim.cli import main  # noqa: E402
-from dvasim.replay import ReplayStageError  # noqa: E402
-from dvasim.replay.loadgen import parse_summary, replay_loadgen  # noqa: E402
+from dvasim.engines.replay import ReplayStageError  # noqa: E402
+from dvasim.engines.replay.loadgen import parse_summary, replay_loadgen  # noqa: E402
 from tests.conftest import vgg19_config_file  # noqa: E402
 from tests.test_replay import Exploding, assert_outputs_match, cfg  # noqa: E402
 

@@ -60,7 +60,7 @@ def test_a_month_of_sparse_poisson_traffic(policy):
 def test_single_arrivals_at_random_times_all_finish():
     """The fuzzing run's failing family: one query at a random time between 1e6 and 1e8 ms, DelayBatch with a
     random window (293 of 400 such trials hung or lost the query before)."""
-    from dvasim.calibration.table import LatencyTable
+    from dvasim.model.table import LatencyTable
 
     model_ms = LatencyTable.load(TABLE).total(1)
     rng = np.random.default_rng(11)
@@ -81,7 +81,7 @@ def test_watchdog_stops_a_livelock():
     never lets the clock advance: the watchdog stops it with the pipeline's description."""
     import simpy
 
-    from dvasim.sim.engine import SimulationStuck, _run_watched
+    from dvasim.engines.sim.engine import SimulationStuck, _run_watched
 
     env = simpy.Environment()
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 import dvasim
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
-from dvasim.sim.engine import simulate
 from tests.conftest import make_table, random_cost_table
 from tests.test_pipeline_properties import Monitor, run_random_load
 
@@ -237,8 +237,8 @@ def test_peer_policies_are_safe_and_live(name, n_stages, n_pairs, max_bs, delay,
 
 def test_static_padding_is_charged_by_a_host_models_gpu_table_too(tmp_path):
     """The padded size reaches every cost the engine charges: a host model's own GPU table included."""
-    from dvasim.calibration.table import LatencyTable
-    from dvasim.sim.host import HostModel
+    from dvasim.model.table import LatencyTable
+    from dvasim.server.host import HostModel
 
     table = LatencyTable.load(write_table(tmp_path / "table.csv", top=8))
     gpu = LatencyTable.load(write_table(tmp_path / "gpu.csv", fn=lambda s, b: 1 + b / 8, top=8))
@@ -293,7 +293,7 @@ def test_default_max_batch_size_beyond_the_table_is_refused(tmp_path):
 @pytest.mark.parametrize("name", PEERS)
 def test_replay_runs_each_peer_policy(name):
     pytest.importorskip("torch")
-    from dvasim.replay import replay
+    from dvasim.engines.replay import replay
     from tests.test_replay import assert_outputs_match
 
     params = {} if name == "serial" else {"max_batch_size": 4}

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
 from dvasim.policies.base import New, Policy, Split, Stretch
-from dvasim.sim.engine import simulate
 from tests.conftest import make_table, random_cost_table
 
 

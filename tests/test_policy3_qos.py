@@ -10,9 +10,9 @@ import pytest
 
 import dvasim
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy
-from dvasim.sim.engine import simulate
 from tests.conftest import make_table, random_cost_table
 
 # Four stages, T_s(b) = 1 + 0.25 (b - 1) ms for b = 1..4: every stage prefers batch 4 (batch 3 reaches only 87.5%

@@ -12,11 +12,11 @@ import pytest
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
-from dvasim.calibration import profiler  # noqa: E402
-from dvasim.calibration.table import LatencyTable, read_provenance_csv  # noqa: E402
 from dvasim.cli import main  # noqa: E402
-from dvasim.replay.engine import CudaOps  # noqa: E402
-from dvasim.replay.graphs import CpuGraphs, GraphStage  # noqa: E402
+from dvasim.engines.replay.engine import CudaOps  # noqa: E402
+from dvasim.model.profiling import profiler  # noqa: E402
+from dvasim.model.stages.graphs import CpuGraphs, GraphStage  # noqa: E402
+from dvasim.model.table import LatencyTable, read_provenance_csv  # noqa: E402
 from tests.conftest import vgg19_config_file  # noqa: E402
 from tests.test_replay import assert_outputs_match, cfg  # noqa: E402
 
@@ -50,7 +50,7 @@ class CountingGraphs(CpuGraphs):
 
 def test_gpu_profile_goes_through_the_graph_object_and_writes_a_bucketed_table(monkeypatch, tmp_path):
     ops = CountingGraphs()
-    import dvasim.replay.graphs as graphs
+    import dvasim.model.stages.graphs as graphs
 
     monkeypatch.setattr(graphs, "graph_ops", lambda device: ops)  # the profiler takes its graphs from here
     df = profiler.profile_stages("bert_base", cuts=[4], batch_sizes=[1, 2], seq_lens=[8, 16], warmup=1, repeats=2,
@@ -153,7 +153,7 @@ def test_graph_stage_shares_one_static_input_and_one_pool_per_executor():
 
 def _bucketed_table(tmp_path, lengths=(16, 32, 64, 128)):
     """The small BERT's CPU table at coarse lengths only, marked bucketed."""
-    from dvasim.calibration.models import resolve_model
+    from dvasim.model.catalog import resolve_model
 
     base = resolve_model({"name": "bert_base", "device": "cpu", "stages": 3}).table
     rows = [{"stage": s, "batch_size": b, "seq_len": L, "latency_ms": base.latency(s, b, L)}
@@ -167,7 +167,7 @@ def _bucketed_table(tmp_path, lengths=(16, 32, 64, 128)):
 def test_cudagraph_replay_with_a_bucketed_table_coarser_than_the_lengths(tmp_path):
     """Stretch and split on BERT with inputs padded to 16/32/64/128: outputs equal the unbatched model's, the
     policy's table times are the bucket's, and only the buckets the workload needs are captured."""
-    from dvasim.replay import replay
+    from dvasim.engines.replay import replay
 
     table = _bucketed_table(tmp_path)
     assert table.bucketed and table.bucket(17) == 32 and table.bucket(128) == 128

@@ -8,11 +8,11 @@ import pytest
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
-from dvasim.calibration import zoo  # noqa: E402
-from dvasim.calibration.profiler import cli_profile, profile_ops, profile_stages, stats_path, to_table  # noqa: E402
-from dvasim.calibration.slicing import stage_table  # noqa: E402
-from dvasim.calibration.table import LatencyTable  # noqa: E402
 from dvasim.errors import ConfigError  # noqa: E402
+from dvasim.model import zoo  # noqa: E402
+from dvasim.model.profiling.profiler import cli_profile, profile_ops, profile_stages, stats_path, to_table  # noqa: E402
+from dvasim.model.slicing import stage_table  # noqa: E402
+from dvasim.model.table import LatencyTable  # noqa: E402
 
 PROVENANCE_KEYS = ("device name", "torch", "threads", "repeats", "warmup", "date", "model", "variant", "timer")
 

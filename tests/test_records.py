@@ -20,13 +20,13 @@ import pandas as pd
 import pytest
 
 import dvasim
-from dvasim.calibration.table import LatencyTable, default_table_path
 from dvasim.cli import main
 from dvasim.core.pipeline import Pipeline
 from dvasim.core.query import Query
+from dvasim.engines.sim.engine import simulate
+from dvasim.model.table import LatencyTable, default_table_path
 from dvasim.policies import make_policy
-from dvasim.records import RecordStore, read_records, records_frame, summarize_arrays
-from dvasim.sim.engine import simulate
+from dvasim.reporting.records import RecordStore, read_records, records_frame, summarize_arrays
 from dvasim.workload import poisson_arrivals
 
 ROOT = Path(__file__).resolve().parent.parent

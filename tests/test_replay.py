@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from dvasim.cli import main  # noqa: E402
 from dvasim.core.executor import ExecutorState  # noqa: E402
-from dvasim.replay import ReplayStageError, make_engine, prepare, replay, to_run_result  # noqa: E402
+from dvasim.engines.replay import ReplayStageError, make_engine, prepare, replay, to_run_result  # noqa: E402
 from tests.conftest import vgg19_config_file  # noqa: E402
 
 A, C, W, INA = ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING, ExecutorState.INACTIVE
@@ -280,8 +280,8 @@ def test_cli_validate_writes_fidelity(tmp_path):
 
 
 def test_serving_stage_table_profiles_the_replays_stages(tmp_path):
-    from dvasim.calibration.table import LatencyTable
-    from dvasim.replay.validate import serving_stage_table
+    from dvasim.fitting.validate import serving_stage_table
+    from dvasim.model.table import LatencyTable
 
     c = cfg("vgg19", stages=2)
     path = serving_stage_table(c, tmp_path / "t.csv", repeats=3, gap_ms=0.2, warmup=1)
@@ -294,7 +294,7 @@ def test_serving_stage_table_profiles_the_replays_stages(tmp_path):
 
 def test_validate_with_a_table_per_repeat(tmp_path):
     """--table serving: a table profiled before each replay, a simulation with each, their mean compared."""
-    from dvasim.replay.validate import validate
+    from dvasim.fitting.validate import validate
 
     c = cfg("vgg19", stages=2, n=40, rate=150.0)
     c["policy"]["max_batch_size"] = 4
@@ -303,7 +303,7 @@ def test_validate_with_a_table_per_repeat(tmp_path):
         assert (tmp_path / f"stage_table_{k}.csv").is_file() and (tmp_path / f"sim_{k}" / "summary.json").is_file()
         # the replay decided with the table its simulation used
         rcfg = json.loads((tmp_path / f"replay_{k}" / "config.json").read_text())
-        assert rcfg["config"]["model"]["provenance"]["source"].startswith("dvasim.replay.validate.serving_stage_table")
+        assert rcfg["config"]["model"]["provenance"]["source"].startswith("dvasim.fitting.validate.serving_stage_table")
     per = fid["sim_per_repeat"]["mean_latency_ms"]
     assert fid["metrics"]["mean_latency_ms"]["sim"] == pytest.approx(sum(per) / 2)
     assert len(fid["alone_ratio_per_repeat"]) == 2 and all(0.2 < x < 5 for x in fid["alone_ratio_per_repeat"])

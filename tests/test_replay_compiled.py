@@ -10,11 +10,11 @@ import pytest
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
-from dvasim.calibration import zoo  # noqa: E402
 from dvasim.errors import ConfigError  # noqa: E402
-from dvasim.replay.buffers import flatten  # noqa: E402
-from dvasim.replay.compiled import TorchScriptStage, stage_modules  # noqa: E402
-from dvasim.replay.validate import fit_engine  # noqa: E402
+from dvasim.fitting.validate import fit_engine  # noqa: E402
+from dvasim.model import zoo  # noqa: E402
+from dvasim.model.stages.buffers import flatten  # noqa: E402
+from dvasim.model.stages.compiled import TorchScriptStage, stage_modules  # noqa: E402
 
 
 @pytest.mark.parametrize("name", zoo.MODEL_NAMES)
@@ -57,7 +57,7 @@ def test_replay_modules_setting_is_checked():
     base = {"model": {"name": "vgg19", "device": "cpu", "stages": 2},
             "workload": {"kind": "poisson", "rate_qps": 10, "n_queries": 5}}
     # "auto": CUDA graphs on a GPU, TorchScript on a CPU (resolved when the replay knows its device)
-    from dvasim.replay.engine import modules_for
+    from dvasim.engines.replay.engine import modules_for
 
     assert config.resolve(base)["replay"]["modules"] == "auto"
     assert modules_for("auto", "cpu") == "torchscript" and modules_for("auto", "cuda") == "cudagraph"
@@ -69,7 +69,7 @@ def test_replay_modules_setting_is_checked():
 
 
 def test_eager_and_torchscript_replays_give_the_same_outputs():
-    from dvasim.replay import replay
+    from dvasim.engines.replay import replay
 
     c = {"model": {"name": "resnet152", "device": "cpu", "stages": 3},
          "policy": {"name": "dvabatch", "max_batch_size": 8},

@@ -1,7 +1,7 @@
 """The CUDA path's stream/event discipline (paper §6.3), checked against a recording stand-in for torch.cuda.
 
 No GPU here: :class:`RecordingCudaOps` replaces the few ``torch.cuda`` calls the engine makes (through
-``dvasim.replay.engine.CudaOps``). It behaves like real streams: work launched on a stream is *deferred* until
+``dvasim.engines.replay.engine.CudaOps``). It behaves like real streams: work launched on a stream is *deferred* until
 someone synchronises an event recorded after it, and a ``wait_event`` makes the stream run the awaited work
 first. So an engine that forgot a synchronisation would read buffers that were never written, and the outputs
 check below would fail. The log of calls is then checked for the discipline itself: which stream records which
@@ -18,8 +18,8 @@ import pytest
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
-from dvasim.replay import make_engine, prepare, replay, to_run_result  # noqa: E402
-from dvasim.replay.engine import _CudaBackend  # noqa: E402
+from dvasim.engines.replay import make_engine, prepare, replay, to_run_result  # noqa: E402
+from dvasim.engines.replay.engine import _CudaBackend  # noqa: E402
 from tests.test_replay import assert_outputs_match, cfg  # noqa: E402
 
 
@@ -37,7 +37,7 @@ class FakeEvent:
 
 
 class RecordingCudaOps:
-    """A stand-in for :class:`dvasim.replay.engine.CudaOps` that defers work like a stream and logs every call."""
+    """A stand-in for :class:`dvasim.engines.replay.engine.CudaOps` that defers work like a stream and logs every call."""
 
     device = torch.device("cpu")
 
@@ -105,14 +105,14 @@ class RecordingCudaOps:
             return ("pool", name)
 
     def capture_graph(self, fn, static_inputs, pool=None):
-        from dvasim.replay.graphs import CpuGraphs
+        from dvasim.model.stages.graphs import CpuGraphs
 
         with self.lock:
             self._log("capture", pool, tuple(tuple(t.shape) for t in static_inputs))
         return {**CpuGraphs().capture_graph(fn, static_inputs), "pool": pool}
 
     def replay_graph(self, graph):
-        from dvasim.replay.graphs import CpuGraphs
+        from dvasim.model.stages.graphs import CpuGraphs
 
         self._log("replay", getattr(self, "draining", None), graph["pool"])
         CpuGraphs().replay_graph(graph)

@@ -120,7 +120,7 @@ def test_each_named_stack_serves_one_query_as_its_numbers_say(name):
     res = dvasim.run(cfg)
     (i_b, _tok, o_b), _ = model_io("resnet152")
     model_cfg = res.config["model"]  # the stage's GPU time is the table's
-    from dvasim.calibration.models import resolve_model
+    from dvasim.model.catalog import resolve_model
 
     t1 = resolve_model(cfg["model"]).table.latency(0, 1)
 

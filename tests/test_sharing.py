@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dvasim.calibration.sharing import corun_times, default_groups, fit_sharing, predict_corun
 from dvasim.errors import ConfigError
+from dvasim.model.profiling.sharing import corun_times, default_groups, fit_sharing, predict_corun
 
 CPU_TRACES = Path(__file__).resolve().parents[1] / "traces" / "cpu"
 
@@ -140,7 +140,7 @@ def test_shipped_cpu_sharing_fit_is_sane_and_reproducible():
 @pytest.mark.torch
 def test_measure_sharing_smoke():
     pytest.importorskip("torch")
-    from dvasim.calibration.sharing import measure_sharing
+    from dvasim.model.profiling.sharing import measure_sharing
 
     df = measure_sharing("vgg19", n_stages=2, batch_sizes=(1, 2), groups=[((0, 1), (1, 2))], repeats=3, warmup=1,
                          max_foreign_load=None)

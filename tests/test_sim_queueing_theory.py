@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from dvasim.core.pipeline import Pipeline
-from dvasim.metrics import records_frame, summarize
+from dvasim.engines.sim.engine import simulate
 from dvasim.policies import make_policy
-from dvasim.sim.engine import simulate
+from dvasim.reporting.metrics import records_frame, summarize
 from dvasim.workload import poisson_arrivals
 from tests.conftest import make_table
 

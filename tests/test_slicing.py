@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dvasim.calibration.slicing import (
+from dvasim.errors import ConfigError
+from dvasim.model.slicing import (
     balance,
     reference_seq_len,
     slice_at,
@@ -18,8 +19,7 @@ from dvasim.calibration.slicing import (
     stage_sums,
     stage_table,
 )
-from dvasim.calibration.table import LatencyTable
-from dvasim.errors import ConfigError
+from dvasim.model.table import LatencyTable
 
 CPU_TRACES = Path(__file__).resolve().parents[1] / "traces" / "cpu"
 MODELS = ("bert_base", "bert_large", "resnet152", "vgg19", "unet", "linknet")

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 import dvasim
-from dvasim import study
 from dvasim.cli import main, print_summary
 from dvasim.config import resolve
 from dvasim.errors import ConfigError
-from dvasim.stability import MIN_QUERIES, TREND_MAX, stability
+from dvasim.reporting.stability import MIN_QUERIES, TREND_MAX, stability
+from dvasim.studies import evaluation as study
 from dvasim.workload import poisson_arrivals, stepping_rates
 
 ROOT = Path(__file__).resolve().parent.parent

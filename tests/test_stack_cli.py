@@ -124,7 +124,7 @@ def test_stacks_name_prints_every_parameter_with_its_provenance():
 
 
 def test_capacity_takes_the_stack_and_an_engine(cfg, engine, tmp_path):
-    from dvasim.capacity import capacity
+    from dvasim.studies.capacity import capacity
 
     kw = dict(resolution=0.1, max_queries=2000, lo=50.0, hi=400.0)
     gpu = capacity(cfg, 50.0, stack="gpu-only", **kw)
@@ -139,7 +139,7 @@ def test_capacity_takes_the_stack_and_an_engine(cfg, engine, tmp_path):
 
 
 def test_sweep_runs_every_point_on_the_stack_and_caches_per_stack(cfg, engine, tmp_path):
-    from dvasim.sweep import sweep
+    from dvasim.studies.sweep import sweep
 
     s = tmp_path / "s.toml"
     s.write_text(f'base = "{cfg}"\nset = ["workload.n_queries=200"]\n[grid]\n"workload.rate_qps" = [50, 100]\n')
@@ -158,8 +158,9 @@ def test_sweep_runs_every_point_on_the_stack_and_caches_per_stack(cfg, engine, t
 def test_compare_passes_the_stack_and_names_it_in_rows_tables_and_titles(tmp_path, monkeypatch, capsys):
     """A real quick compare on one model: the study is asked for the stack and the engine file, and every row,
     printed table and figure title names the stack (spies record the calls and run the real functions)."""
-    from dvasim import compare as cmp
-    from dvasim import plots, study
+    from dvasim.reporting import plots
+    from dvasim.studies import compare as cmp
+    from dvasim.studies import evaluation as study
 
     asked, titles = {}, []
     real_compare, real_bars = study.compare, plots.policy_bars
@@ -189,7 +190,7 @@ def test_compare_passes_the_stack_and_names_it_in_rows_tables_and_titles(tmp_pat
 
 
 def test_the_real_study_compare_takes_the_stack_and_an_engine_file():
-    from dvasim import study
+    from dvasim.studies import evaluation as study
 
     params = inspect.signature(study.compare).parameters
     assert "stack" in params and "engine_file" in params

@@ -11,9 +11,9 @@ import pytest
 import dvasim
 from dvasim.api import load_profile
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy
-from dvasim.sim.engine import simulate
 
 VGG = {"name": "vgg19", "device": "titanrtx", "stages": 4}
 LINKNET = {"name": "linknet", "device": "titanrtx", "stages": 4}

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dvasim import study
+from dvasim.studies import evaluation as study
 
 
 def test_level_stats_and_bracket():
@@ -32,7 +32,7 @@ def test_reductions_sign_and_value():
 def test_peak_throughput_of_a_saturating_model_is_near_capacity():
     # ResNet152 on the Titan RTX table saturates the GPU from batch 2 on: the peak under a 200 ms p99 must lie
     # below the best throughput the table allows (64 / T(64)) and above half of it
-    from dvasim.calibration.models import resolve_model
+    from dvasim.model.catalog import resolve_model
 
     table = resolve_model({"name": "resnet152", "device": "titanrtx", "stages": 4}).table
     capacity = 64 / table.total(64) * 1000.0
@@ -155,7 +155,7 @@ def test_compare_rejects_an_unknown_policy_label_in_one_line(tmp_path):
 
 
 def test_palette_keys_every_variant_paper_policies_first():
-    from dvasim.plots import PALETTE, policy_colours
+    from dvasim.reporting.plots import PALETTE, policy_colours
 
     assert list(PALETTE)[:3] == list(study.POLICIES)
     assert all(v.label in PALETTE for v in study.VARIANTS)

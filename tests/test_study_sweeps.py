@@ -11,8 +11,8 @@ import pytest
 
 import dvasim
 from dvasim.api import load_profile
-from dvasim.calibration.models import load_op_table
-from dvasim.calibration.table import LatencyTable
+from dvasim.model.catalog import load_op_table
+from dvasim.model.table import LatencyTable
 from dvasim.studies import characterization as ch
 from tests.test_experiments_smoke import load
 

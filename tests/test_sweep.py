@@ -13,7 +13,7 @@ import pytest
 import dvasim
 from dvasim.cli import main
 from dvasim.errors import ConfigError
-from dvasim.sweep import WALL_COLUMNS, expand, load_sweep, sweep
+from dvasim.studies.sweep import WALL_COLUMNS, expand, load_sweep, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -178,7 +178,7 @@ max_queries = 4000
     assert list(table["label"]) == ["zerobatch", "dvabatch"]
     assert (table["capacity_qps"] > 0).all() and table["top_exceeded"].all()
     assert (table["bracket_hi_qps"] / table["bracket_lo_qps"] - 1 <= 0.1 + 1e-12).all()
-    from dvasim.capacity import capacity
+    from dvasim.studies.capacity import capacity
 
     cfg = expand(load_sweep(path))[1].config
     assert capacity(cfg, 40, resolution=0.1, max_queries=4000)["capacity_qps"] == table.loc[1, "capacity_qps"]

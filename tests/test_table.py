@@ -1,4 +1,4 @@
-"""Tests of dvasim.calibration.table.LatencyTable (interpolation, validation, the shipped default table)."""
+"""Tests of dvasim.model.table.LatencyTable (interpolation, validation, the shipped default table)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dvasim.calibration.table import DEFAULT_TABLE_PATH, LatencyTable
 from dvasim.errors import TableError
+from dvasim.model.table import DEFAULT_TABLE_PATH, LatencyTable
 
 
 def table_1d() -> LatencyTable:
@@ -311,7 +311,7 @@ def test_bucketed_table_pads_up_to_the_next_length():
 def test_the_best_throughput_of_a_stage_is_the_max_over_profiled_batch_sizes_exactly():
     """The demand's denominator is computed in one pass over the table's rows; it equals, bit for bit, the
     maximum of throughput() over the profiled batch sizes (at every length, interpolated or not)."""
-    from dvasim.calibration.models import resolve_model
+    from dvasim.model.catalog import resolve_model
 
     for model in ("bert_base", "vgg19"):
         t = resolve_model({"name": model, "device": "titanrtx", "stages": 3}).table

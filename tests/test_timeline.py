@@ -7,12 +7,12 @@ import json
 
 import numpy as np
 
-from dvasim.calibration.table import LatencyTable, default_table_path
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
+from dvasim.model.table import LatencyTable, default_table_path
 from dvasim.policies import make_policy
-from dvasim.records import records_frame
-from dvasim.sim.engine import simulate
-from dvasim.timeline import TimelineRecorder, chrome_trace, gantt_figure
+from dvasim.reporting.records import records_frame
+from dvasim.reporting.timeline import TimelineRecorder, chrome_trace, gantt_figure
 from dvasim.workload import poisson_arrivals
 
 

@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 import dvasim
-from dvasim.calibration.table import traces_dir
 from dvasim.errors import ConfigError, WorkloadError
+from dvasim.model.table import traces_dir
 from dvasim.workload import (
     gamma_arrivals,
     load_trace,

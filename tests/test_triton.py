@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
-from dvasim.sim.engine import simulate
 from tests.conftest import make_table
 
 

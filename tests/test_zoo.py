@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from dvasim.calibration import zoo  # noqa: E402
 from dvasim.errors import ConfigError  # noqa: E402
+from dvasim.model import zoo  # noqa: E402
 
 ALL = zoo.MODEL_NAMES + zoo.EXTRA_MODEL_NAMES
 

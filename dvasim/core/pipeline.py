@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from dvasim.core.batch_table import Batch, BatchItem, BatchTable, MetaOpError
 from dvasim.core.buffers import BufferPairs
 from dvasim.core.executor import Executor, ExecutorState
+from dvasim.core.operations import SPLIT_MANNERS, New, Split, Stretch
 from dvasim.core.query import Query
-from dvasim.policies.base import SPLIT_MANNERS, New, Policy, Split, Stretch
 
 ACTIVE, CHECKING, WORKING, INACTIVE = (ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING,
                                        ExecutorState.INACTIVE)
@@ -96,7 +96,7 @@ class Execution:
 
 
 class Pipeline:
-    def __init__(self, profile, policy: Policy, n_buffer_pairs: int = 2, record_states: bool = False,
+    def __init__(self, profile, policy, n_buffer_pairs: int = 2, record_states: bool = False,
                  instances: int = 1, qos_target_ms: float | None = None, input_lengths=None,
                  served=None):
         if instances < 1:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from dvasim.core.operations import SPLIT_MANNERS, New, Split, Stretch, time_eps  # noqa: F401  (policies use them)
 from dvasim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -30,55 +30,9 @@ if TYPE_CHECKING:
     from dvasim.core.query import Query
 
 
-# ----------------------------------------------------------------------------- operations
-@dataclass
-class New:
-    """*new*: a batch of ``queries``; ``splittable`` marks a batch that may later be split (never stretched).
-
-    Returned by :meth:`Policy.admit`, it creates a batch that enters the first stage. Returned by
-    :meth:`Policy.at_boundary` with exactly the finished batch's queries, it re-creates that batch as a new row
-    (a new id, created now, the latest batch) that continues from the next stage (paper Figure 12, line 16).
-
-    ``lane`` (front door only; default ``None``: the pipeline picks an instance) sends the batch to that model
-    instance (``[engine] instances``), which must hold no batch: a policy that dispatches to its own workers
-    (E2bird's multi-granularity engine, :mod:`dvasim.policies.e2bird`) names the worker."""
-
-    queries: list
-    splittable: bool = False
-    lane: int | None = None
-
-
-@dataclass
-class Stretch:
-    """*stretch*: add ``queries`` to the latest batch ``bid``. ``splittable = True`` marks the stretched batch as
-    one that may be split later (its new size passed the policy's split test), which ends its stretching."""
-
-    bid: int
-    queries: list
-    splittable: bool = False
-
-
-SPLIT_MANNERS = ("serial", "pipelined")
-
-
-@dataclass
-class Split:
-    """*split*: split batch ``bid`` (whole after the current stage) into sub-batches of ``sizes``.
-
-    ``manner = "serial"`` (the paper's Figure 2 and Figure 3 Case II): the sub-batches run the remaining stages
-    one after another -- the next is handed to the next stage only when the one before it has left the last
-    stage -- and the parent's buffer pair is held (no new batch takes it) until the last of them has left.
-    ``manner = "pipelined"``: all sub-batches are handed on at once and follow each other stage by stage,
-    overlapping as far as the buffer pairs allow (for studies)."""
-
-    bid: int
-    sizes: list
-    manner: str = "serial"
-
-
 # ----------------------------------------------------------------------------- what a policy sees
 class Profile(Protocol):
-    """The latency profile a policy may consult (a :class:`dvasim.calibration.table.LatencyTable` or a stage view)."""
+    """The latency profile a policy may consult (a :class:`dvasim.model.table.LatencyTable` or a stage view)."""
 
     n_stages: int
     max_batch_size: int
@@ -206,15 +160,6 @@ class Policy(ABC):
     # helpers for subclasses
     def take(self, n: int) -> list[Query]:
         return [self.pending.popleft() for _ in range(min(n, len(self.pending)))]
-
-
-def time_eps(now: float) -> float:
-    """The tolerance of a comparison between simulated times near ``now`` (ms): 1e-9 ms, or 16 units in the last
-    place of ``now`` where the clock's float spacing is coarser (from 2**19 ms, about 8.7 simulated minutes), so
-    that a deadline computed as ``seen + window`` is met by the clock that reaches it, at any magnitude."""
-    if -524288.0 < now < 524288.0:  # below 2**19 ms, 16 ulp are at most 2**-30 < 1e-9 (a fast path, same value)
-        return 1e-9
-    return max(1e-9, 16.0 * math.ulp(now))
 
 
 def check_positive_int(field: str, value: Any, minimum: int = 1) -> int:

@@ -8,7 +8,7 @@ model on one batch of exactly its batch size at a time, all of them concurrently
 sharing model, ``[engine] sharing``). The policy names the worker of every batch it forms (``New(..., lane=k)``)
 and sees which workers are idle (``free_lane_indices()``).
 
-The memory pool (paper §5) is the engine's ``[engine.transfer] mode = "pool"`` (:mod:`dvasim.sim.transfer`): the
+The memory pool (paper §5) is the engine's ``[engine.transfer] mode = "pool"`` (:mod:`dvasim.server.transfer`): the
 policy sees a query (it is *ready*, counted in ``N``) only once its input has been copied to the GPU. Without it
 the policies still run (inputs are then ready on arrival).
 
@@ -32,7 +32,7 @@ E-Ebird (``e-ebird``, paper §7.3, Algorithm 2). Offline phase: for every ``Tota
 ``(4, 8, 16, 32)``, §7.3.2) every combination ``[i, j, k, l, m, n]`` of workers of sizes ``1, 2, 4, 8, 16, 32``
 with ``TotalBS = i + 2j + 4k + 8l + 16m + 32n`` (Equation 6) is "profiled": all its workers start together, each on
 one batch of its size through the whole model, on the simulator's own device-sharing model (the ``fluid`` model of
-:mod:`dvasim.sim.device`, run by a small SimPy simulation of exactly that co-run: **our offline profiler**, in place
+:mod:`dvasim.engines.sim.device`, run by a small SimPy simulation of exactly that co-run: **our offline profiler**, in place
 of the paper's GPU measurements), and the combination with the lowest *average* latency of its workers (the
 paper's measure, §7.3.1) is kept (ties: fewer workers, then larger ones). The engine is built to satisfy every
 kept configuration (per batch size, the most workers any kept configuration uses) plus one worker of size 1 and
@@ -243,7 +243,7 @@ def combinations(total: int, sizes=SIZES) -> list[tuple[int, ...]]:
 @dataclass(frozen=True)
 class WorkerCosts:
     """What the run's serving stack charges each worker's batch beside its GPU time, for the offline profile: the
-    very host model and per-batch costs the engine charges (:func:`dvasim.sim.engine.simulate`), so that the search
+    very host model and per-batch costs the engine charges (:func:`dvasim.engines.sim.engine.simulate`), so that the search
     and the engine cannot drift apart:
 
     * every stage: the Python-level work ``host.locked(s, b)`` under the interpreter lock, then its launch
@@ -257,7 +257,7 @@ class WorkerCosts:
     """
 
     stack: str
-    host: Any  # a dvasim.sim.host.HostModel
+    host: Any  # a dvasim.server.host.HostModel
     batch: Any = None  # a dvasim.server.costs.BatchCosts, or None (a custom host: launches only)
     corun_per_worker: float = 0.0
     operators: tuple[int, ...] = ()
@@ -283,7 +283,7 @@ def worker_costs(stack_name: str, profile, field: str = "policy.stack") -> Worke
     inputs are on the GPU before a batch forms), as a run on that table resolves it; None for a stack that adds
     nothing (``gpu-only``, ``as-profiled``)."""
     from dvasim.server.resolve import stack_run
-    from dvasim.sim.transfer import Transfer
+    from dvasim.server.transfer import Transfer
 
     return WorkerCosts.of_run(stack_run(stack_name, profile, Transfer(mode="pool"), field))
 
@@ -291,11 +291,11 @@ def worker_costs(stack_name: str, profile, field: str = "policy.stack") -> Worke
 def corun_average_ms(profile, batch_sizes, seq_len: int | None = None, costs: WorkerCosts | None = None) -> float:
     """The offline profiler: the average latency of workers of ``batch_sizes`` that start together, each running
     one batch of its size through the whole model, on the simulator's fluid device-sharing model (a small SimPy
-    run of :class:`dvasim.sim.device.Device`), with ``costs`` (a stack's :class:`WorkerCosts`) charged to every
+    run of :class:`dvasim.engines.sim.device.Device`), with ``costs`` (a stack's :class:`WorkerCosts`) charged to every
     worker as the engine charges them."""
     import simpy
 
-    from dvasim.sim.device import Device
+    from dvasim.engines.sim.device import Device
 
     env = simpy.Environment()
     dev = Device(env, "fluid", corun_per_worker=0.0 if costs is None else costs.corun_per_worker)

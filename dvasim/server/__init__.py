@@ -8,7 +8,7 @@ against:
   device-to-host copy with its synchronisation;
 * per stage launch: the host's launching cost by module kind, as a law in the stage's operators and the batch size
   (so one description fits any slicing), run on the host's launching cores, its Python-level part under one
-  interpreter lock (:mod:`dvasim.sim.host`);
+  interpreter lock (:mod:`dvasim.server.host`);
 * whether a batch thread leaves the GPU idle between its batches (it synchronises and answers before it takes the
   next), and a co-run penalty for concurrent workers where a source shows one.
 

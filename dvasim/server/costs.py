@@ -17,10 +17,10 @@ with ``in_bytes = rows * input_bytes(padded length)`` and ``out_bytes = rows * o
 between its batches (``idle_between_batches``: it prepares a batch, runs it, synchronises and answers before it
 takes the next) the entry comes before the first stage's GPU work and the exit holds the last stage's executor.
 Otherwise (asynchronous copies, a completion thread: Triton's TensorRT backend) the entry runs on the host beside
-the first stage's GPU work and the exit delays only the batch's answers (:func:`dvasim.sim.engine.simulate`).
+the first stage's GPU work and the exit delays only the batch's answers (:func:`dvasim.engines.sim.engine.simulate`).
 
 The input and output sizes of the zoo's models (:data:`MODEL_IO`) are the shapes of
-:mod:`dvasim.calibration.zoo` (written out here so that the simulator needs no torch): float32 images, BERT's
+:mod:`dvasim.model.zoo` (written out here so that the simulator needs no torch): float32 images, BERT's
 token ids, attention mask and segment ids as int64 (the Hugging Face convention), a classifier's float32 scores,
 a segmentation net's float32 per-pixel class maps.
 """

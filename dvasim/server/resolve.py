@@ -134,7 +134,7 @@ def stage_operators(model) -> tuple[list[int], str]:
     """Operators in each stage: from a named model's cut bounds; from a table's provenance (``# operators:`` with
     one count per stage, or the model's total -- ``# operators:`` as ``dvasim profile`` writes it, or the zoo
     table's ``# op_names:`` -- with the cuts of its ``# slicing:`` line); else one per stage (said so)."""
-    from dvasim.calibration.models import parse_cuts
+    from dvasim.model.catalog import parse_cuts
 
     table = model.table
     n = table.n_stages
@@ -183,7 +183,7 @@ def _need_operators(host: dict, ops_src: str) -> None:
 
 def resolve_stack(cfg: dict[str, Any], model, transfer=None, stack: str | None = None) -> StackRun:
     """The :class:`StackRun` of a resolved config and its resolved model (see the module docstring)."""
-    from dvasim.sim.host import host_from_config
+    from dvasim.server.host import host_from_config
 
     server = check_server(cfg.get("server"))
     name = stack if stack is not None else server.get("stack")

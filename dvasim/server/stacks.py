@@ -11,7 +11,7 @@ hardware), ``published`` (a paper and its table or figure, or a vendor's documen
 said so). ``dvasim stacks [NAME]`` prints them.
 
 Operators: a stage's launch cost is ``launch_fixed_ms + launch_per_op_ms * ops + launch_per_row_ms * share * b``,
-where ``ops`` is the number of the zoo's operators (:mod:`dvasim.calibration.zoo`: a ResNet bottleneck block, a
+where ``ops`` is the number of the zoo's operators (:mod:`dvasim.model.zoo`: a ResNet bottleneck block, a
 BERT layer's attention or feed-forward half, a VGG convolution with its activation, ...) in the stage and
 ``share`` the stage's share of the model's operators. Measured on the H100 host (``traces/h100_replays/
 *_launch.csv`` over ``traces/gpu/h100/measured/stage_bounds.csv``), a zoo operator costs 0.0445 ms of TorchScript
@@ -145,11 +145,11 @@ _TORCH_SOURCES = {
     "gather_gbps": "measured: in h2d_gbps (the gather and the copy are timed together)",
     "h2d_gbps": H100_REPLAY + ": 602,112 bytes / 0.128 ms per image, the slope of ResNet152's first-stage copy_ms "
                 "(the host gather and the pageable copy together: 4.7 GB/s)",
-    "pinned": "measured: the replay copies the gathered (pageable) batch with Tensor.to (dvasim/replay/engine.py)",
+    "pinned": "measured: the replay copies the gathered (pageable) batch with Tensor.to (dvasim/engines/replay/engine.py)",
     "d2h_gbps": "measured: the outputs' copy back is in each launch's buffer copies (python_ms); a few KB",
     "sync_ms": H100_STAGES + ": median eager_ms - eager_launch_ms of the host-bound points, 38 us",
     "idle_between_batches": "measured: the replay's executor thread waits for its stage's event and hands the "
-                            "outputs on before it takes its next batch (dvasim/replay/engine.py)",
+                            "outputs on before it takes its next batch (dvasim/engines/replay/engine.py)",
     "launch_per_row_ms": H100_STAGES + ": the launch cost shows no consistent slope in the batch size "
                          "(-0.04..+0.03 ms per row across stages)",
     "python_ms": H100_REPLAY + ": median handoff_ms 0.14 + median copy_ms of stages 1-3, 0.11 (ResNet152; BERT's "
@@ -232,7 +232,7 @@ _add(ServingStack(
                            "LinkNet (§8.7): 0.29 / 4 per stage launch",
         "launch_per_op_ms": "published: a kernel launch costs the host 4-6 us (HTA docs: 'usually between 5-20 "
                             "microseconds'); a zoo operator is one fused kernel as TensorRT runs it "
-                            "(dvasim/calibration/zoo): 5 us",
+                            "(dvasim/model/zoo): 5 us",
         "launch_per_row_ms": "estimate: a TensorRT enqueue launches the same kernels at any batch size",
         "python_ms": "by definition: no Python in the serving path",
         "host_cores": "published: the DVABatch artifact's host, Xeon Silver 4210R, 10 cores (Appendix A)",

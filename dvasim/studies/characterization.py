@@ -14,14 +14,14 @@ network batching systems on GPUs", BenchCouncil TBench 2024), for ``experiments/
 * Triton baseline: ``delaybatch`` with the study's windows (§4.2: 500 us ResNet, 10 us BERT and LinkNet) and
   ``max_batch_size`` = MAX-BS; the model runs whole (one stage).
 * Loads: low / medium / high = 1/4, 3/5, 9/10 of the peak of DVABatch (the study's reference, §3.1), here the
-  capacity (:func:`dvasim.capacity.capacity`, p99 within 200 ms) of strategy VIII (stretch, split, pipeline on,
-  ``policies = []``) with the study-default slicing (:data:`dvasim.study.MODELS` stage counts).
+  capacity (:func:`dvasim.studies.capacity.capacity`, p99 within 200 ms) of strategy VIII (stretch, split, pipeline on,
+  ``policies = []``) with the study-default slicing (:data:`dvasim.studies.evaluation.MODELS` stage counts).
 * Serving stack: the study's Triton 22.05 with TensorRT 8.2 -> ``triton-tensorrt`` (the one the a100 tables imply;
   :func:`config` and :func:`served` take another by name, e.g. ``gpu-only`` for the GPU alone). Its launch cost
   (0.29 / 4 ms per stage launch, DVABatch §8.8, plus 5 us per operator) is the per-stage cost; ``[engine]
   launch_overhead_ms`` adds to it.
 * Slicing ratio (§5.1): the share of the model's time in ``Stage_0`` -> ``[model] ratios = [r, 1 - r]``
-  (:func:`dvasim.calibration.slicing.slice_ratios`: the cut at the operator boundary nearest to ``r`` of the
+  (:func:`dvasim.model.slicing.slice_ratios`: the cut at the operator boundary nearest to ``r`` of the
   batch-1 time; :func:`stage_shares` gives the share a table really has).
 
 **Micro-scenarios** (§6.2, §6.3; the study's Figures 13 to 16), run through the real :class:`Pipeline` and SimPy
@@ -117,7 +117,7 @@ def served(model_section: dict, stack: str | None = None):
     """The serving stack a run of ``model_section`` gets (:class:`dvasim.server.resolve.StackRun`: its host model
     and per-batch costs, for the table as sliced), for the scripted scenarios; ``stack`` as in :func:`config`."""
     from dvasim import config as cfgmod
-    from dvasim.calibration.models import resolve_model
+    from dvasim.model.catalog import resolve_model
     from dvasim.server.resolve import resolve_stack
 
     cfg = cfgmod.resolve(config(model_section, {"name": "zerobatch"}, workload(model_section["name"], 1.0, 1),
@@ -137,8 +137,8 @@ def triton_policy(model: str, max_bs: int) -> dict[str, Any]:
 
 def capacity_qps(cfg: dict, *, quick: bool = False) -> tuple[float, float]:
     """(capacity under p99 <= 200 ms, the bracket's top; ``inf`` if never exceeded) of ``cfg``'s policy and model
-    under its workload kind (:func:`dvasim.study.capacity_of`: 2% resolution, or 5% with ``quick``)."""
-    from dvasim.study import capacity_of
+    under its workload kind (:func:`dvasim.studies.evaluation.capacity_of`: 2% resolution, or 5% with ``quick``)."""
+    from dvasim.studies.evaluation import capacity_of
 
     cap, (_, top) = capacity_of(cfg, QOS_MS, full=not quick)
     return float(cap), float(top)
@@ -200,7 +200,7 @@ def run_script(profile, groups: list[int], times_ms: list[float], actions: list[
     ``times_ms[k]``; two buffer pairs, fluid device sharing, one instance. ``stack``: a :func:`served` result (the
     stack's launch model and per-batch costs); None: the GPU alone."""
     from dvasim.core.pipeline import Pipeline
-    from dvasim.sim.engine import simulate
+    from dvasim.engines.sim.engine import simulate
 
     pol = ScriptedBatches(groups, actions, split)
     pipe = Pipeline(profile, pol, 2)

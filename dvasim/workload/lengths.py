@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dvasim.calibration.table import read_provenance_csv, traces_dir
 from dvasim.errors import ConfigError, WorkloadError
+from dvasim.model.table import read_provenance_csv, traces_dir
 
 __all__ = ["glue_tasks", "glue_path", "load_lengths"]
 
@@ -107,3 +107,18 @@ def _read_lengths_csv(path: Path) -> np.ndarray:
             f"length file {path}: seq_len must be integers >= 1, got {df['seq_len'].iloc[r]!r} in data row {r + 1}",
         )
     return vals.astype(np.int64)
+
+
+def check_lengths(profile, seq_lens) -> None:
+    """Fail before simulating if some input is longer than the table's profiled range."""
+    from dvasim.errors import WorkloadError
+
+    longest = int(max(seq_lens))
+    top = int(profile.seq_lens.max())
+    if longest > top:
+        n = int((seq_lens > top).sum())
+        raise WorkloadError(
+            "workload.seq_len",
+            f"{n} queries have seq_len up to {longest} but the table {profile.name!r} is profiled up to seq_len {top}; "
+            "use a table profiled at longer lengths or shorter inputs",
+        )

@@ -38,9 +38,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dvasim.calibration.table import read_provenance_csv, traces_dir
-from dvasim.config import find_file
 from dvasim.errors import ConfigError, WorkloadError
+from dvasim.model.table import read_provenance_csv, traces_dir
+from dvasim.schema import find_file
 
 __all__ = ["Trace", "TIME_COLUMNS", "UNITS", "load_trace", "trace_arrivals", "trace_path", "shipped_traces"]
 

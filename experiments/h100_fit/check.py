@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dvasim.fit import fit, table_operators, write_engine
-from dvasim.fitcheck import is_noise, real_runs, score_case
+from dvasim.fitting.check import is_noise, real_runs, score_case
+from dvasim.fitting.fit import fit, table_operators, write_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAYS = ROOT / "traces" / "h100_replays"

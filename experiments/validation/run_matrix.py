@@ -5,13 +5,13 @@ under ZeroBatch, DelayBatch and DVABatch at low, medium and high load.
     .venv/bin/python experiments/validation/run_matrix.py [--repeats 3] [--only resnet152]
 
 ``--calibrate`` measures, per model and on a workload seed the matrix does not use (seed 2), what the simulator
-needs to know about this CPU and the replay (``dvasim.replay.validate.fit_engine``): the ZeroBatch capacity
+needs to know about this CPU and the replay (``dvasim.fitting.validate.fit_engine``): the ZeroBatch capacity
 (simulated with a serving-context table profiled now), the launch overhead per stage launch and the front door's
 admission delay (from ZeroBatch replays at the three loads, pooled: ZeroBatch never runs two stages at once, and
 the cores model adds that contention, since the host's launch work runs on the same cores) and the co-run slowdown of the ``cores``
 sharing model (from a DVABatch replay at high load, where the stages overlap most); it writes ``calibration.json`` and the configs ``configs/<model>_<policy>_<load>
 .toml`` from it (``--write-configs`` rewrites only the configs). Each case then runs
-``dvasim.replay.validate`` (a serving-context table profiled right before, the simulator once, the replay
+``dvasim.fitting.validate`` (a serving-context table profiled right before, the simulator once, the replay
 ``--repeats`` times, both deciding with that table); per-run files go to ``results/validation/<case>/`` (not
 committed), the summary to ``summary.csv`` and ``summary.json`` next to this script. The timing is real: run it
 on a quiet machine (the load average and the CPU other processes used are recorded per case).
@@ -70,9 +70,9 @@ def case_config(model: str, policy: str, load: str, cal: dict | None = None) -> 
 def calibrate(runs_dir: Path, max_foreign: float | None) -> dict:
     """Per model: serving table now, ZeroBatch capacity with it, replays on seed 2, fit_engine."""
     from dvasim.api import run
-    from dvasim.calibration.profiler import wait_quiet
-    from dvasim.replay.engine import replay
-    from dvasim.replay.validate import fit_engine, serving_stage_table
+    from dvasim.engines.replay.engine import replay
+    from dvasim.fitting.validate import fit_engine, serving_stage_table
+    from dvasim.model.profiling.profiler import wait_quiet
 
     base = {m: {"capacity_qps": 100.0, "corun_slowdown": 1.0, "launch_overhead_ms": 0.0,
                 "admission_delay_ms": 0.0, "service_cv": 0.0} for m in MODELS}
@@ -170,7 +170,7 @@ def main() -> int:
         return 0
     import pandas as pd
 
-    from dvasim.replay.validate import validate
+    from dvasim.fitting.validate import validate
 
     mf = None if args.max_foreign_load < 0 else args.max_foreign_load
     if args.calibrate:

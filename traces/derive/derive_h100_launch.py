@@ -1,4 +1,4 @@
-"""Derive launch-cost tables (dvasim.sim.host.LaunchTable format) and GPU-time stage tables from the H100 stage
+"""Derive launch-cost tables (dvasim.server.host.LaunchTable format) and GPU-time stage tables from the H100 stage
 measurements.
 
     python traces/derive/derive_h100_launch.py SHARED/data/gpu-h100/stage_times.csv

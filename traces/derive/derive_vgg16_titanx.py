@@ -32,7 +32,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from dvasim.calibration.table import LatencyTable  # noqa: E402
+from dvasim.model.table import LatencyTable  # noqa: E402
 
 DEFAULT_SRC = REPO.parent / "shared/data/latency/nexus_profiles_titanx_pascal/caffe_vgg16_1.txt"
 DEFAULT_OUT = REPO / "traces/default/vgg16_titanx_4stages.csv"

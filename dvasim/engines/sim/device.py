@@ -1,0 +1,150 @@
+"""How stage executions that overlap in time share one GPU.
+
+Modes (``[engine] sharing``):
+
+* ``"fluid"`` (default): each execution has its standalone time ``T(b)`` (from the latency table) and a *demand*
+  ``d = min(1, thr(b) / thr_max)``, the share of the device it needs, where ``thr(b) = b / T(b)`` and ``thr_max``
+  is the stage's best throughput over the profiled batch sizes. While the running executions demand at most 1 in
+  total, each runs at its standalone speed; beyond that each progresses at rate ``1 / sum(d)`` (fluid processor
+  sharing, re-evaluated at every start and finish). A stage whose throughput is saturated at its batch size has
+  demand 1 and so shares the device fairly with anything else; a small batch of a stage that keeps gaining from
+  larger batches leaves room for others. This gives the preferred batch sizes of the paper their meaning.
+* ``"exclusive"``: one execution at a time, in the order they were launched (a GPU that serialises kernels).
+* ``"parallel"``: no interference at all (an upper bound on the benefit of overlap).
+* ``"cores"``: a multi-core CPU running each execution on one thread: every execution needs a whole core
+  whatever its batch size; with ``n`` running on ``cores`` cores each progresses at ``min(1, cores / n)``. This is
+  the model that fits co-run measurements on this machine's CPU best (traces/cpu/sharing.json: mean error 0.21
+  with ``corun_slowdown = 1.18``, against 0.50 for the fluid model). The launch overhead
+  (``[engine] launch_overhead_ms``: hand-off, book-keeping, buffer copies) is host CPU work, so in this mode it
+  is done on the cores too, before the stage's own work, and shares them like it.
+
+In every mode, ``corun_slowdown >= 1`` divides the rate of every execution while two or more run at once: the
+interference that a fluid model misses (shared caches and memory bandwidth, or on a CPU the threads' contention),
+measured by :mod:`dvasim.model.profiling.sharing`. A serving stack's ``corun_per_worker = k`` (E2bird's concurrent
+workers, :mod:`dvasim.server.stacks`) divides it further by ``1 + k * (n - 1)`` while ``n`` run at once.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from dvasim.core.operations import time_eps
+
+MODES = ("fluid", "exclusive", "parallel", "cores")
+
+
+class _Job:
+    __slots__ = ("remaining", "demand", "event", "work", "tol")
+
+    def __init__(self, work: float, demand: float, event: simpy.Event):
+        self.work = work
+        self.remaining = work
+        self.demand = demand
+        self.event = event
+        self.tol = 1e-9 * max(1.0, work)  # remaining work that counts as done (at least; see Device._done)
+
+
+class Device:
+    def __init__(self, env: simpy.Environment, mode: str = "fluid", corun_slowdown: float = 1.0, cores: int = 2,
+                 corun_per_worker: float = 0.0):
+        if mode not in MODES:
+            raise ValueError(f"sharing mode must be one of {MODES}, got {mode!r}")
+        if corun_slowdown < 1.0:
+            raise ValueError("corun_slowdown must be >= 1")
+        if cores < 1:
+            raise ValueError("cores must be >= 1")
+        self.env = env
+        self.mode = mode
+        self._exclusive = mode == "exclusive"
+        # a CPU runs the host's launch work (hand-off, book-keeping, copies) on the same cores as the stages
+        self.hosts_launch_work = mode == "cores"
+        self.cores = cores
+        self.slowdown = corun_slowdown
+        if corun_per_worker < 0:
+            raise ValueError("corun_per_worker must be >= 0")
+        self.per_worker = corun_per_worker  # a co-run penalty growing with the executions running at once
+        self.jobs: list[_Job] = []
+        self._last = 0.0
+        self._r = 1.0  # the rate of the running executions (see _rate), kept as the set of jobs changes
+        self._timer: simpy.Event | None = None  # the armed timer of the next finish (earlier ones are superseded)
+        self.busy_time = 0.0  # time with at least one execution running
+
+    def run(self, work_ms: float, demand: float = 1.0) -> simpy.Event:
+        """Start an execution of standalone length ``work_ms``; the event fires when it is done."""
+        ev = simpy.Event(self.env)
+        self._advance()
+        self.jobs.append(_Job(float(work_ms), min(1.0, max(float(demand), 1e-12)), ev))
+        self._r = self._rate()
+        self._reschedule()
+        return ev
+
+    # ------------------------------------------------------------------
+    def _rate(self) -> float:
+        """The rate of every running execution (of the first one, in exclusive mode; the others' is 0)."""
+        jobs = self.jobs
+        n = len(jobs)
+        if n <= 1:
+            return 1.0
+        slow = self.slowdown
+        if self.per_worker:
+            slow *= 1.0 + self.per_worker * (n - 1)
+        mode = self.mode
+        if mode == "exclusive" or mode == "parallel":
+            return 1.0 / slow
+        if mode == "cores":
+            return min(1.0, self.cores / n) / slow
+        total = sum(j.demand for j in jobs)
+        return (1.0 if total <= 1.0 + 1e-12 else 1.0 / total) / slow
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._last
+        jobs = self.jobs
+        if dt > 0 and jobs:
+            step = dt * self._r
+            if self._exclusive:
+                jobs[0].remaining -= step  # the others run at rate 0
+            else:
+                for job in jobs:
+                    job.remaining -= step
+            self.busy_time += dt
+        self._last = now
+
+    def _reschedule(self) -> None:
+        # finish every job that is done (to rounding), then arm a timer for the next finish. Remaining work
+        # counts as done below 1e-9 of the job, or below what the clock cannot resolve at this time
+        # (:func:`time_eps`, times the job's rate), so a timer always advances the clock.
+        te = time_eps(self.env.now)
+        while True:
+            jobs = self.jobs
+            if not jobs:
+                self._timer = None
+                return
+            r = self._r
+            if self._exclusive:
+                done = [j for k, j in enumerate(jobs) if j.remaining <= max(j.tol, (r if k == 0 else 0.0) * te)]
+            else:
+                rte = r * te
+                done = [j for j in jobs if j.remaining <= max(j.tol, rte)]
+            if not done:
+                break
+            self.jobs = [j for j in jobs if j not in done] if len(done) < len(jobs) else []
+            self._r = self._rate()
+            for j in done:
+                j.event.succeed()
+        # min(remaining) / r == min(remaining / r): division by one positive number keeps the order
+        nxt = (jobs[0].remaining if self._exclusive else min(j.remaining for j in jobs)) / r
+        timer = self.env.timeout(max(nxt, 0.0))
+        timer.callbacks.append(self._on_timer)
+        self._timer = timer
+
+    def _on_timer(self, timer: simpy.Event) -> None:
+        if timer is not self._timer:
+            return  # superseded by a later start or finish
+        self._advance()
+        te = time_eps(self.env.now)
+        r = self._r
+        for j in self.jobs[:1] if self._exclusive else self.jobs:
+            if j.remaining / r <= max(j.tol, te):
+                j.remaining = 0.0
+        self._reschedule()

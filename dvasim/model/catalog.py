@@ -1,0 +1,132 @@
+"""Named models in configs: ``[model] name = "bert_base", device = "titanrtx", stages = 4``.
+
+The shipped per-operator tables are sliced on demand, so any stage count from 1 to the number of operators works:
+
+* ``device = "titanrtx" | "a100" | "h100"``: the six full models, per-operator latencies from the analytic GPU
+  model (``traces/gpu/<device>/<name>.csv``, labelled as modelled);
+* ``device = "cpu"``: the small variants, measured on this machine's CPU (``traces/cpu/<name>_small_ops.csv``),
+  the tables the replay is checked against.
+
+Slicing (``dvasim.model.slicing``): ``stages = N`` cuts time-evenly (the paper's default) at the reference
+batch size ``slice_batch_size`` (default 1); ``cuts = [i, j, ...]`` cuts before the given operator indices;
+``ratios = [...]`` cuts at fractions of the total time. A ``table = "file.csv"`` instead of a name uses that
+per-stage table as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dvasim.errors import ConfigError
+
+DEVICES = ("titanrtx", "a100", "h100", "cpu")
+MODEL_NAMES = ("bert_base", "bert_large", "resnet152", "vgg19", "unet", "linknet")
+KEYS = {
+    "table": "path of a per-stage latency table CSV (instead of name/device/stages)",
+    "name": f"a model of the zoo: {', '.join(MODEL_NAMES)}",
+    "device": f"whose latencies: {', '.join(DEVICES)}",
+    "stages": "number of stages, cut time-evenly (1 .. number of operators)",
+    "cuts": "operator indices where stages begin (instead of stages)",
+    "ratios": "fractions of the total time at which to cut (instead of stages)",
+    "slice_batch_size": "batch size whose operator times decide the slicing (default 1)",
+}
+
+
+def traces_root() -> Path:
+    from dvasim.model.table import traces_dir
+
+    return Path(traces_dir())
+
+
+@dataclass
+class ResolvedModel:
+    table: Any  # LatencyTable (per stage)
+    name: str | None = None
+    device: str | None = None
+    variant: str | None = None
+    bounds: list[int] | None = None  # first operator index of each stage
+    op_table: Any = None
+    info: dict = field(default_factory=dict)
+
+
+def op_table_path(name: str, device: str) -> Path:
+    root = traces_root()
+    return root / "cpu" / f"{name}_small_ops.csv" if device == "cpu" else root / "gpu" / device / f"{name}.csv"
+
+
+@functools.lru_cache(maxsize=32)
+def load_op_table(name: str, device: str):
+    from dvasim.model.table import LatencyTable
+
+    path = op_table_path(name, device)
+    if not path.is_file():
+        raise ConfigError("model.name", f"no shipped table for {name!r} on {device!r} (expected {path})")
+    return LatencyTable.load(path)
+
+
+def resolve_model(model_cfg: dict[str, Any]) -> ResolvedModel:
+    """Build the per-stage table a ``[model]`` section asks for."""
+    from dvasim.model.table import LatencyTable
+
+    for key in model_cfg:
+        if key not in KEYS:
+            raise ConfigError(f"model.{key}", f"unknown key; allowed: {', '.join(sorted(KEYS))}")
+    if "table" in model_cfg:
+        extra = sorted(set(model_cfg) - {"table"})
+        if extra:
+            raise ConfigError(f"model.{extra[0]}", "give either table = \"file.csv\" or name/device/stages, not both")
+        return ResolvedModel(LatencyTable.load(model_cfg["table"]))
+    name = model_cfg.get("name")
+    if name is None:
+        raise ConfigError("model", 'set table = "file.csv", or name = "bert_base" with device and stages')
+    if name not in MODEL_NAMES:
+        raise ConfigError("model.name", f"unknown model {name!r}; allowed: {', '.join(MODEL_NAMES)}")
+    device = model_cfg.get("device", "titanrtx")
+    if device not in DEVICES:
+        raise ConfigError("model.device", f"unknown device {device!r}; allowed: {', '.join(DEVICES)}")
+    given = [k for k in ("stages", "cuts", "ratios") if k in model_cfg]
+    if len(given) > 1:
+        raise ConfigError(f"model.{given[1]}", "give only one of stages, cuts or ratios")
+    op_table = load_op_table(name, device)
+    kwargs: dict[str, Any] = {}
+    if not given or given[0] == "stages":
+        stages = model_cfg.get("stages", 4)
+        if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= op_table.n_stages:
+            raise ConfigError("model.stages", f"must be an integer in 1..{op_table.n_stages} (the operators of "
+                                              f"{name}), got {stages!r}")
+        kwargs["n_stages"] = stages
+    elif given[0] == "cuts":
+        cuts = model_cfg["cuts"]
+        if not isinstance(cuts, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in cuts):
+            raise ConfigError("model.cuts", f"must be a list of operator indices (integers), e.g. [0, 20, 40]; "
+                                            f"got {cuts!r}")
+        kwargs["cuts"] = cuts
+    else:
+        ratios = model_cfg["ratios"]
+        if not isinstance(ratios, list) or not all(
+                isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) for r in ratios):
+            raise ConfigError("model.ratios", f"must be a list of numbers, e.g. [0.5, 0.5]; got {ratios!r}")
+        kwargs["ratios"] = ratios
+    from dvasim.model.slicing import stage_table
+
+    sbs = model_cfg.get("slice_batch_size", 1)
+    if isinstance(sbs, bool) or not isinstance(sbs, int) or not 1 <= sbs <= op_table.max_batch_size:
+        raise ConfigError("model.slice_batch_size", f"must be an integer batch size in 1..{op_table.max_batch_size} "
+                                                    f"(the operator table's), got {sbs!r}")
+    table = stage_table(op_table, at_batch_size=sbs, name=f"{name}_{device}", **kwargs)
+    bounds = parse_cuts(table.provenance.get("slicing", ""))
+    return ResolvedModel(table, name, device, "small" if device == "cpu" else "full", bounds, op_table)
+
+
+def parse_cuts(slicing: str) -> list[int] | None:
+    """The ``cuts=[...]`` of a ``# slicing:`` provenance line: the first operator of each stage (None if absent)."""
+    import re
+
+    m = re.search(r"cuts=\[([0-9, ]*)\]", slicing)
+    if not m:
+        return None
+    return [int(x) for x in m.group(1).split(",") if x.strip()]

@@ -1,0 +1,217 @@
+"""Per-query records, columnar: kept in memory as a DataFrame, or streamed to ``queries.parquet``.
+
+A :class:`RecordStore` receives each query as it leaves the pipeline (and, at the end of a run, the queries that
+never did) and keeps
+
+* the columns the summary needs, in per-query arrays indexed by query id (arrival, first-stage start, finish and
+  exit batch size: 28 bytes a query, 36 with the offered rate; an open loop's arrivals are shared with its
+  workload, not copied), from which :func:`summarize_arrays`
+  computes the exact mean and percentiles;
+* the full record (:data:`columns`) of every query, either in memory (``frame()`` gives the DataFrame, in query
+  id order) or written to a Parquet file in chunks of ``chunk_rows`` rows, in the order the queries left
+  (``path``; read it back sorted with :func:`read_records`). Memory then stays bounded by the chunk, whatever the
+  run's length. Given a per-query ``offered_qps`` array, the records end with an ``offered_qps`` column (the rate
+  the query was offered at; see :func:`dvasim.reporting.stability.offered_rates`).
+
+Nothing here imports simpy or torch.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PERCENTILES = (50, 90, 95, 99)
+_INT_COLS = ("query_id", "seq_len", "batch_id", "exit_batch_id", "exit_batch_size")
+
+
+def columns(n_stages: int) -> list[str]:
+    """The record's columns, in order (``latency_ms`` and ``queue_ms`` are derived from them)."""
+    return ["query_id", "arrival_ms", "seen_ms", "admitted_ms", "start_ms", "finish_ms", "latency_ms", "seq_len",
+            "batch_id", "exit_batch_id", "exit_batch_size",
+            *[f"s{s}_{k}_ms" for s in range(n_stages) for k in ("start", "finish")], "queue_ms"]
+
+
+def _blank_row(qid: int, arrival: float, seq_len: int, n_stages: int) -> tuple:
+    """The record of a query that never reached the front door."""
+    nan = math.nan
+    stages = [nan] * n_stages
+    return (qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0, stages, stages)
+
+
+def _row(q, n_stages: int) -> tuple:
+    st = q.stage_start
+    if not st:  # never reached the front door
+        return _blank_row(q.qid, q.arrival, q.seq_len, n_stages)
+    return (q.qid, q.arrival, q.seen, q.admitted, st[0], q.finish, q.seq_len, q.batch_id, q.exit_batch_id,
+            q.exit_batch_size, st, q.stage_finish)
+
+
+class RecordStore:
+    """Columnar records of ``n`` queries (ids ``0..n-1``) through ``n_stages`` stages."""
+
+    CHUNK_ROWS = 1 << 16  # rows buffered before they are converted to columns (and written, when streaming)
+
+    def __init__(self, n: int, n_stages: int, path: str | Path | None = None, chunk_rows: int | None = None,
+                 arrivals: np.ndarray | None = None, offered_qps: np.ndarray | None = None):
+        self.n = n
+        self.n_stages = n_stages
+        self.chunk_rows = chunk_rows or self.CHUNK_ROWS
+        self.path = None if path is None else Path(path)
+        # the summary's columns, by query id; the arrivals of an open loop are known (and shared, not copied)
+        self._arrivals_known = arrivals is not None
+        self.arrival = np.asarray(arrivals, dtype=np.float64) if arrivals is not None else np.full(n, math.nan)
+        self.start = np.full(n, math.nan)
+        self.finish = np.full(n, math.nan)
+        self.exit_batch_size = np.zeros(n, dtype=np.int32)
+        self.offered_qps = None if offered_qps is None else np.asarray(offered_qps, dtype=np.float64)
+        self._rows: list[tuple] = []
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self._writer = None
+        self.n_rows = 0
+
+    # ------------------------------------------------------------------ filling
+    def add(self, q) -> None:
+        """Record query ``q`` (a :class:`dvasim.core.query.Query`): when it leaves, or at the end of the run."""
+        self._rows.append(_row(q, self.n_stages))
+        if len(self._rows) >= self.chunk_rows:
+            self._flush()
+
+    def add_many(self, queries) -> None:
+        rows, n_stages = self._rows, self.n_stages
+        for q in queries:
+            rows.append(_row(q, n_stages))
+        if len(rows) >= self.chunk_rows:
+            self._flush()
+
+    def add_unseen(self, qid: int, seq_len: int) -> None:
+        """A query that never reached the front door (its arrival, if known, is in the summary arrays)."""
+        self._rows.append(_blank_row(qid, float(self.arrival[qid]), seq_len, self.n_stages))
+        if len(self._rows) >= self.chunk_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        cols = list(zip(*self._rows))
+        self._rows = []
+        names = ["query_id", "arrival_ms", "seen_ms", "admitted_ms", "start_ms", "finish_ms", "seq_len", "batch_id",
+                 "exit_batch_id", "exit_batch_size"]
+        chunk = {name: np.array(col, dtype=np.int64 if name in _INT_COLS else np.float64)
+                 for name, col in zip(names, cols)}
+        starts = np.array(cols[10], dtype=np.float64).reshape(len(cols[10]), self.n_stages)
+        finishes = np.array(cols[11], dtype=np.float64).reshape(len(cols[11]), self.n_stages)
+        for s in range(self.n_stages):
+            chunk[f"s{s}_start_ms"] = starts[:, s]
+            chunk[f"s{s}_finish_ms"] = finishes[:, s]
+        qid = chunk["query_id"]
+        if not self._arrivals_known:
+            self.arrival[qid] = chunk["arrival_ms"]
+        self.start[qid] = chunk["start_ms"]
+        self.finish[qid] = chunk["finish_ms"]
+        self.exit_batch_size[qid] = chunk["exit_batch_size"]
+        if self.offered_qps is not None:
+            chunk["offered_qps"] = self.offered_qps[qid]
+        self.n_rows += len(qid)
+        if self.path is None:
+            self._chunks.append(chunk)
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table(_with_derived(chunk, self.n_stages))
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+        self._writer.write_table(table)
+
+    def close(self) -> None:
+        """Write what is buffered (and close the Parquet file)."""
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    # ------------------------------------------------------------------ reading
+    def frame(self) -> pd.DataFrame:
+        """All records in query id order (in-memory stores; a streamed store reads its file back)."""
+        self.close()
+        if self.path is not None:
+            return read_records(self.path)
+        if not self._chunks:
+            extra = [] if self.offered_qps is None else ["offered_qps"]
+            return pd.DataFrame({c: np.array([], dtype=np.int64 if c in _INT_COLS else np.float64)
+                                 for c in [*columns(self.n_stages), *extra]})
+        merged = {k: np.concatenate([c[k] for c in self._chunks]) for k in self._chunks[0]}
+        order = np.argsort(merged["query_id"], kind="stable")
+        return pd.DataFrame(_with_derived({k: v[order] for k, v in merged.items()}, self.n_stages))
+
+    def summary(self, qos_target_ms: float) -> dict:
+        self.close()
+        return summarize_arrays(self.arrival, self.start, self.finish, self.exit_batch_size, qos_target_ms)
+
+    def latency_sample(self, max_points: int) -> pd.DataFrame:
+        """``arrival_ms``, ``finish_ms`` and ``latency_ms`` of every k-th query (by id), at most ``max_points``:
+        what a latency figure draws."""
+        self.close()
+        k = max(1, -(-self.n // max_points))
+        a, f = self.arrival[::k], self.finish[::k]
+        return pd.DataFrame({"arrival_ms": a, "finish_ms": f, "latency_ms": f - a})
+
+
+def _with_derived(chunk: dict[str, np.ndarray], n_stages: int) -> dict[str, np.ndarray]:
+    out = dict(chunk)
+    out["latency_ms"] = chunk["finish_ms"] - chunk["arrival_ms"]
+    out["queue_ms"] = chunk["start_ms"] - chunk["arrival_ms"]
+    extra = ["offered_qps"] if "offered_qps" in chunk else []
+    return {c: out[c] for c in [*columns(n_stages), *extra]}
+
+
+def read_records(path: str | Path) -> pd.DataFrame:
+    """A ``queries.parquet`` written by a run, as a DataFrame in query id order."""
+    df = pd.read_parquet(path)
+    return df.sort_values("query_id", kind="stable").reset_index(drop=True)
+
+
+def records_frame(queries, n_stages: int) -> pd.DataFrame:
+    """One row per query (finished or not), in query id order, from :class:`Query` objects."""
+    queries = list(queries)
+    store = RecordStore(max((q.qid for q in queries), default=-1) + 1, n_stages, chunk_rows=max(1, len(queries)))
+    store.add_many(queries)
+    return store.frame()
+
+
+def summarize_arrays(arrival: np.ndarray, start: np.ndarray, finish: np.ndarray, exit_batch_size: np.ndarray,
+                     qos_target_ms: float) -> dict:
+    """Latency statistics over finished queries (NaN ``finish``); unfinished ones count as QoS violations.
+    Arrays are per query, in query id order. Means are numpy's (pairwise sums), percentiles numpy's linear.
+    Temporaries: a few arrays of the finished queries' size at a time (10 million queries: 80 MB each)."""
+    n = len(arrival)
+    done = ~np.isnan(finish)
+    n_done = int(done.sum())
+    every = n_done == n
+    pick = (lambda x: x) if every else (lambda x: x[done])  # noqa: E731  (no copies when every query finished)
+    lat = pick(finish) - pick(arrival)
+    out: dict = {"n_queries": int(n), "n_completed": n_done}
+    if len(lat):
+        out["mean_latency_ms"] = float(lat.mean())
+        for p, v in zip(PERCENTILES, np.percentile(lat, PERCENTILES)):
+            out[f"p{p}_latency_ms"] = float(v)
+        out["max_latency_ms"] = float(lat.max())
+        span_ms = float(np.max(pick(finish)) - np.nanmin(arrival))
+        out["throughput_qps"] = float(len(lat) / (span_ms / 1000.0)) if span_ms > 0 else math.nan
+        out["mean_queue_ms"] = float((pick(start) - pick(arrival)).mean())
+        out["mean_exit_batch_size"] = float(pick(exit_batch_size).mean())
+    else:
+        for k in ["mean_latency_ms", *[f"p{p}_latency_ms" for p in PERCENTILES], "max_latency_ms",
+                  "throughput_qps", "mean_queue_ms", "mean_exit_batch_size"]:
+            out[k] = math.nan
+    span_in = float(np.nanmax(arrival) - np.nanmin(arrival)) if n > 1 else math.nan
+    out["offered_qps"] = float((n - 1) / (span_in / 1000.0)) if n > 1 and span_in > 0 else math.nan
+    out["qos_target_ms"] = float(qos_target_ms)
+    violations = (n - n_done) + int(np.count_nonzero(lat > qos_target_ms))
+    out["qos_violation_rate"] = float(violations / n) if n else math.nan
+    return out

@@ -1,0 +1,258 @@
+"""``dvasim compare``: the paper's Figures 14 and 16 in simulation (six models x three loads x ZeroBatch /
+DelayBatch / DVABatch on the Titan RTX tables), with DVABatch's latency reduction against each baseline, where
+that reduction comes from (DVABatch's cumulative ablations) and how Triton with two model instances compares.
+
+Every run names its serving stack (:mod:`dvasim.server`): ``--stack NAME`` runs them all on that stack, ``--engine
+ENGINE.toml`` with an engine file from ``dvasim fit``; by default each model runs on the stack its table implies
+(the Titan RTX tables: ``triton-tensorrt``). The tables, ``compare.csv`` and ``calibration.csv`` have a ``stack``
+column, and the figures' titles name the stacks."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from dvasim.errors import OneLineParser, check_out_dir
+from dvasim.studies import evaluation as study
+
+PAPER = {  # the paper's average reductions (§8.2), for the printout
+    "mean_latency_ms": {"zerobatch": (16.1, 39.0, 57.7), "delaybatch": (35.4, 47.3, 48.5)},
+    "p99_latency_ms": {"zerobatch": (16.9, 27.4, 53.7), "delaybatch": (45.2, 45.1, 29.2)},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="dvasim compare", description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(study.MODELS), help="comma-separated model names")
+    ap.add_argument("--device", default="titanrtx", help="titanrtx | a100 | h100 | cpu")
+    ap.add_argument("--queries", type=int, default=5000, help="queries per (model, load, policy) run")
+    ap.add_argument("--workers", type=int, default=2, help="processes")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--peak", choices=("stepping", "capacity"), default="stepping",
+                    help="how peaks are found: the paper's stepping load and bisection (default) or dvasim "
+                         "capacity's confident bisection on Poisson loads")
+    ap.add_argument("--slo-ms", type=float, default=study.QOS_MS,
+                    help=f"latency SLO (ms) of the peak-throughput search and the QoS rates (default {study.QOS_MS:g})")
+    ap.add_argument("--quick", action="store_true", help="fewer queries and bisection steps (a smoke run)")
+    ap.add_argument("--out", default="results/compare", help="output directory")
+    ap.add_argument("--policies", default=",".join(study.DEFAULT_LABELS),
+                    help="comma-separated variant labels to run (default: the DVABatch study's "
+                         f"{', '.join(study.DEFAULT_LABELS)}); the papers' peer systems: "
+                         + ", ".join(v.label for v in study.PEER_VARIANTS))
+    ap.add_argument("--stack", metavar="NAME", default=None,
+                    help="the serving stack of every run (default: the one each table implies; `dvasim stacks` "
+                         "lists them)")
+    ap.add_argument("--engine", metavar="ENGINE.toml", default=None,
+                    help="an engine file written by dvasim fit, merged over every run's [engine]")
+    args = ap.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in study.MODELS]
+    if unknown or not models:
+        what = f"unknown {unknown[0]!r}" if unknown else "no model given"
+        print(f"dvasim compare: error: --models: {what}; allowed: {', '.join(study.MODELS)}", file=sys.stderr)
+        return 2
+    labels = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
+    unknown = [p for p in labels if p not in study.VARIANT_BY_LABEL]
+    if unknown or not labels:
+        what = f"unknown {unknown[0]!r}" if unknown else "no label given"
+        print(f"dvasim compare: error: --policies: {what}; allowed: {', '.join(study.VARIANT_BY_LABEL)}",
+              file=sys.stderr)
+        return 2
+    if args.queries < 100 or args.workers < 1:
+        print("dvasim compare: error: --queries must be >= 100 and --workers >= 1", file=sys.stderr)
+        return 2
+    if not args.slo_ms > 0:
+        print(f"dvasim compare: error: --slo-ms: must be a number > 0 (ms), got {args.slo_ms}", file=sys.stderr)
+        return 2
+    if args.seed < 0:
+        print(f"dvasim compare: error: --seed: must be an integer >= 0, got {args.seed}", file=sys.stderr)
+        return 2
+    served = {}
+    if args.stack is not None:
+        from dvasim.server.resolve import stack_by_name
+
+        stack_by_name(args.stack, "--stack")
+        served["stack"] = args.stack
+    if args.engine is not None:
+        from dvasim.config import apply_engine_file
+
+        apply_engine_file({}, args.engine)  # a bad file: one line naming --engine, before any run
+        served["engine_file"] = args.engine
+    check_out_dir(args.out)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    results, calib = study.compare(models, n_queries=1000 if args.quick else args.queries, seed=args.seed,
+                                   workers=args.workers, device=args.device, refine=2 if args.quick else 4,
+                                   policies=labels, qos_ms=args.slo_ms, peak=args.peak, **served)
+    for what in calib.attrs.get("peak_at_ladder_top", []):
+        where = (f"every level of the load ladder (up to {study.STEPPING['end_qps']:g} qps)" if args.peak == "stepping"
+                 else "the top of the capacity search's bracket")
+        print(f"dvasim compare: warning: {what}: {where} met the {args.slo_ms:g} ms SLO; its peak is only a lower "
+              "bound", file=sys.stderr)
+    results, calib = with_stacks(results, calib, args.device, **served)
+    red_mean = study.reductions(results, "mean_latency_ms")
+    red_p99 = study.reductions(results, "p99_latency_ms")
+    att = study.attribution(results, "mean_latency_ms")
+    results.to_csv(out / "compare.csv", index=False)
+    calib.to_csv(out / "calibration.csv", index=False)
+    red = red_mean.merge(red_p99, on=["model", "load"], suffixes=("_mean", "_p99"))
+    red.to_csv(out / "reductions.csv", index=False)
+    att.to_csv(out / "attribution.csv", index=False)
+    from dvasim.reporting.plots import attribution_bars, policy_bars
+
+    on = stack_title(results)
+    policy_bars(results, "mean_latency_ms", out / "fig14_mean_latency.png", f"mean latency (paper Figure 14){on}",
+                device=args.device)
+    policy_bars(results, "p99_latency_ms", out / "fig16_p99_latency.png", f"p99 latency (paper Figure 16){on}",
+                device=args.device, slo_ms=args.slo_ms)
+    if att["share_multientry_pp"].notna().any():
+        attribution_bars(att, out / "attribution.png",
+                         "DVABatch's mean-latency reduction vs DelayBatch, by step (points of DelayBatch's mean)" + on)
+    print_report(results, calib, red, sys.stdout, args.slo_ms)
+    if set(results["policy"]) - set(study.POLICIES):
+        print_variants(results, sys.stdout)
+    print_attribution(att, sys.stdout)
+    print(f"\n{len(results)} runs in {time.perf_counter() - t0:.0f} s; results in {out}/")
+    return 0
+
+
+def stack_of(model: str, device: str, stack: str | None = None, engine=None) -> str:
+    """The stack a compare run of ``model`` serves on (as :func:`dvasim.api.run` resolves it): ``stack``, else
+    ``custom`` for an engine file with a host, else the one the model's table implies."""
+    from dvasim import config as cfgmod
+    from dvasim.model.catalog import resolve_model
+    from dvasim.server.resolve import resolve_stack
+
+    raw = study.make_config(model, {"name": "zerobatch"}, {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1},
+                            device=device)
+    cfg = cfgmod.resolve(raw, engine=engine)
+    return resolve_stack(cfg, resolve_model(cfg["model"]), stack=stack).label
+
+
+def with_stacks(results: pd.DataFrame, calib: pd.DataFrame, device: str, stack: str | None = None,
+                engine_file=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``results`` and ``calib`` with a ``stack`` column after ``model``: each run's ``summary["stack"]`` where
+    the rows carry it, else the stack each model resolves to (:func:`stack_of`)."""
+    if "stack" not in results.columns or results["stack"].isna().any():
+        named = {m: stack_of(m, device, stack, engine_file) for m in dict.fromkeys(results["model"])}
+        filled = results["model"].map(named)
+        results = results.assign(stack=results["stack"].fillna(filled) if "stack" in results.columns else filled)
+    per_model = results.groupby("model", sort=False)["stack"].agg(lambda x: "/".join(dict.fromkeys(x)))
+    calib = calib.assign(stack=calib["model"].map(per_model))
+    return _after_model(results), _after_model(calib)
+
+
+def _after_model(df: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in df.columns if c != "stack"]
+    at = cols.index("model") + 1 if "model" in cols else 0
+    return df[cols[:at] + ["stack"] + cols[at:]]
+
+
+def stack_title(results: pd.DataFrame) -> str:
+    """A figure title's stack part: `` [stack: NAME]`` (the stacks of the runs, when they differ)."""
+    names = list(dict.fromkeys(results["stack"])) if "stack" in results else []
+    return f" [stack: {', '.join(map(str, names))}]" if names else ""
+
+
+def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, file,
+                 slo_ms: float = study.QOS_MS) -> None:
+    pd.set_option("display.width", 160)
+    print(f"\nDelayBatch window (tuned for peak throughput) and peak throughput (p99 <= {slo_ms:g} ms):", file=file)
+    print(calib.round(1).to_string(index=False), file=file)
+    for metric, label in (("mean_latency_ms", "mean"), ("p99_latency_ms", "p99")):
+        piv = results.pivot_table(index=["model", "load"], columns="policy", values=metric)
+        piv = piv[[p for p in study.POLICIES if p in piv.columns]]
+        r = red.set_index(["model", "load"])[[f"vs_zerobatch_%_{label}", f"vs_delaybatch_%_{label}"]]
+        table = piv.join(r).reindex(sorted(piv.index, key=lambda k: (k[0], list(study.LOADS).index(k[1]))))
+        table = _stack_column(table, results)
+        print(f"\n{label} latency (ms) and DVABatch's reduction (%):", file=file)
+        print(table.round(2).to_string(), file=file)
+        avg = red.groupby("load")[[f"vs_zerobatch_%_{label}", f"vs_delaybatch_%_{label}"]].mean()
+        avg = avg.reindex([x for x in study.LOADS if x in avg.index])
+        print(f"\naverage {label} reduction over models (ours | paper):", file=file)
+        for i, (load, row) in enumerate(avg.iterrows()):
+            pz, pdl = PAPER[metric]["zerobatch"][i], PAPER[metric]["delaybatch"][i]
+            print(f"  {load:>6}: vs ZeroBatch {row.iloc[0]:6.1f}% | {pz:4.1f}%   "
+                  f"vs DelayBatch {row.iloc[1]:6.1f}% | {pdl:4.1f}%", file=file)
+
+
+def _stack_column(table: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """A (model, load)-indexed table with the rows' stack as its first column."""
+    if "stack" not in results:
+        return table
+    by = results.groupby(["model", "load"])["stack"].agg(lambda x: "/".join(dict.fromkeys(map(str, x))))
+    table = table.copy()
+    table.insert(0, "stack", [by.get(k, "") for k in table.index])
+    return table
+
+
+SHARE_NAMES = study.SHARE_NAMES
+X2_NAMES = {"zerobatch-x2": "ZeroBatch", "delaybatch-x2": "DelayBatch"}
+
+
+def print_variants(results: pd.DataFrame, file) -> None:
+    """Mean latency of every variant run, per model and load."""
+    piv = results.pivot_table(index=["model", "load"], columns="policy", values="mean_latency_ms")
+    order = [v for v in study.VARIANT_BY_LABEL if v in piv.columns]
+    piv = piv[order + [c for c in piv.columns if c not in order]]
+    piv = _stack_column(piv.reindex(sorted(piv.index, key=lambda k: (k[0], list(study.LOADS).index(k[1])))), results)
+    print("\nmean latency (ms) of every variant (x2: two model instances; dva-*: DVABatch's cumulative ablations):",
+          file=file)
+    print(piv.round(2).to_string(), file=file)
+
+
+def print_attribution(att: pd.DataFrame, file) -> None:
+    """The shares of DVABatch's mean-latency reduction against DelayBatch per model (per load and averaged over
+    the loads), and a sentence per model on Triton with two model instances."""
+    if att.empty:
+        return
+    loads = [x for x in study.LOADS if x in set(att["load"])]
+    if att[list(SHARE_NAMES)].notna().any().any():
+        _print_shares(att, loads, file)
+    x2_cols = ["vs_zerobatch-x2_%", "vs_delaybatch-x2_%"]
+    if not att[x2_cols].notna().any().any():
+        return
+    tol = 100 * study.MATCH_TOLERANCE
+    print(f"\nTriton with two model instances (instance_group count 2) against DVABatch's mean latency "
+          f"(matches = within {tol:g}% of it or below):", file=file)
+    for model, g in att.groupby("model", sort=False):
+        g = g.set_index("load").reindex(loads)
+        said = False
+        run = [x2 for x2 in X2_NAMES if g[f"vs_{x2}_%"].notna().any()]
+        for x2 in run:
+            hit = [ld for ld in loads if bool(g.loc[ld, f"{x2}_matches"])]
+            if hit:
+                gaps = ", ".join(f"{ld} {100 * (g.loc[ld, f'{x2}_mean_latency_ms'] / g.loc[ld, 'dvabatch_mean_latency_ms'] - 1):+.1f}%"
+                                 for ld in hit)
+                print(f"  {model}: {X2_NAMES[x2]} with two instances matches or beats DVABatch at {_and(hit)} load "
+                      f"(its mean vs DVABatch's: {gaps}).", file=file)
+                said = True
+        if run and not said:
+            best = g[[f"vs_{x2}_%" for x2 in run]].min(axis=1)
+            names = _and([X2_NAMES[x2] for x2 in run])
+            print(f"  {model}: DVABatch beats {names} with two instances at every load (by at least "
+                  f"{best.min():.1f}% of the baseline's mean).", file=file)
+
+
+def _print_shares(att: pd.DataFrame, loads: list[str], file) -> None:
+    print("\nWhere DVABatch's reduction comes from: its mean-latency reduction vs DelayBatch (%) split into steps, "
+          "in points of\nDelayBatch's mean (multi-entry = delaybatch -> dva-multientry, stretch -> dva+stretch, "
+          "split -> dva+split,\ninput clust. -> dva+input (token models), rest = last ablation -> dvabatch: its "
+          "policy selection and Policy I's window):", file=file)
+    cols = ["reduction_%", *SHARE_NAMES]
+    for model, g in att.groupby("model", sort=False):
+        t = g.set_index("load").reindex(loads)[cols]
+        t.loc["mean of loads"] = t.mean(axis=0)
+        t = t.rename(columns={"reduction_%": "total %", **SHARE_NAMES})
+        if t["input clust."].isna().all():
+            t = t.drop(columns="input clust.")
+        print(f"\n  {model}", file=file)
+        print("\n".join("    " + line for line in t.round(1).to_string().splitlines()), file=file)
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
