@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,36 +35,13 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     ``timeline``: also record the first this many stage executions (``result.extra["timeline"]``, a DataFrame:
     see :mod:`dvasim.reporting.timeline`).
     """
-    from dvasim.core.batch_table import meta_op_counts
-    from dvasim.core.pipeline import Pipeline
     from dvasim.engines.sim.engine import simulate
-    from dvasim.model.catalog import resolve_model
-    from dvasim.policies import make_policy
     from dvasim.reporting.records import RecordStore
-    from dvasim.reporting.stability import offered_rates, run_verdict
-    from dvasim.server.resolve import resolve_stack
-    from dvasim.server.transfer import transfer_from_config
-    from dvasim.workload import workload_from_config
-    from dvasim.workload.lengths import check_lengths
+    from dvasim.reporting.stability import offered_rates
 
     cfg = cfgmod.resolve(config, overrides, engine=engine)
-    model = resolve_model(cfg["model"])
-    profile = model.table
-    transfer = transfer_from_config(cfg["engine"].get("transfer"))
-    served = resolve_stack(cfg, model, transfer, stack=stack)
-    host = served.host
-    params = {k: v for k, v in cfg["policy"].items() if k != "name"}
-    policy = make_policy(cfg["policy"]["name"], params)
-    workload = workload_from_config(
-        cfg["workload"], needs_seq_len=profile.seq_lens is not None, base_dir=cfg["base_dir"]
-    )
-    if profile.seq_lens is not None and len(workload.seq_lens):
-        check_lengths(profile, workload.seq_lens)
-    eng = cfg["engine"]
-    pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"],
-                        qos_target_ms=cfg["qos"]["target_ms"],
-                        input_lengths=workload.seq_lens if profile.seq_lens is not None else None,
-                        served=served)
+    parts = _build(cfg, stack)
+    pipeline, profile, workload, eng = parts.pipeline, parts.profile, parts.workload, cfg["engine"]
     recorder = None
     if timeline:
         from dvasim.reporting.timeline import TimelineRecorder
@@ -80,25 +58,10 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         admission_delay_ms=eng["admission_delay_ms"],
         service_cv=eng["service_cv"], seed=int(cfg["workload"].get("seed", 0)),
         progress=eng["progress"] if progress is None else progress,
-        closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True, host=host,
-        transfer=transfer, batch_costs=served.batch, corun_per_worker=served.corun_per_worker,
+        closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True, host=parts.served.host,
+        transfer=parts.transfer, batch_costs=parts.served.batch, corun_per_worker=parts.served.corun_per_worker,
     )
-    summary = store.summary(cfg["qos"]["target_ms"])
-    n = summary["n_queries"]
-    summary.update(
-        policy=policy.name, model=profile.name, stack=served.label, n_stages=profile.n_stages, buffer_pairs=eng["buffer_pairs"], instances=pipeline.instances,
-        device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
-        sim_wall_s=res.wall_s, sim_queries_per_wall_s=n / res.wall_s if res.wall_s > 0 else float("nan"),
-        **meta_op_counts(res.pipeline.table),
-    )
-    summary.update(run_verdict(store, cfg, offered))  # stable, its measures; a stepping run's levels
-    resolved = {**cfg, "policy": {**cfg["policy"], **policy.describe()}}
-    resolved["model"] = {**cfg["model"], "provenance": dict(getattr(profile, "provenance", {}))}
-    resolved["server"] = served.describe()
-    if host is not None:
-        resolved["engine"] = {**cfg["engine"], "host": host.describe()}
-    if transfer is not None:  # the copy model as run, its defaults included
-        resolved["engine"] = {**resolved["engine"], "transfer": transfer.describe()}
+    summary = _summary(store, cfg, parts, res, offered)
     if res.stuck:
         import warnings
 
@@ -114,7 +77,80 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         extra["latency_sample"] = store.latency_sample(FIGURE_MAX_POINTS)
     if recorder is not None:
         extra["timeline"] = recorder.frame()
-    return RunResult(store.frame() if records is None else None, summary, resolved, res.stuck, extra=extra,
-                     records_path=None if records is None else Path(records))
+    return RunResult(store.frame() if records is None else None, summary, _resolved(cfg, parts), res.stuck,
+                     extra=extra, records_path=None if records is None else Path(records))
+
+
+@dataclass
+class _Parts:
+    """What a resolved config builds before the engine runs: the model's table, the stack, the input copies, the
+    policy, the workload and the pipeline that carries the policy's operations out."""
+
+    profile: Any
+    served: Any
+    transfer: Any
+    policy: Any
+    workload: Any
+    pipeline: Any
+
+
+def _build(cfg: dict[str, Any], stack: str | None) -> _Parts:
+    from dvasim.core.pipeline import Pipeline
+    from dvasim.engines.sim.corun import sim_corun  # E-Ebird's offline profiler in the simulator
+    from dvasim.model.catalog import resolve_model
+    from dvasim.policies import make_policy
+    from dvasim.server.resolve import resolve_stack
+    from dvasim.server.transfer import transfer_from_config
+    from dvasim.workload import workload_from_config
+    from dvasim.workload.lengths import check_lengths
+
+    model = resolve_model(cfg["model"])
+    profile = model.table
+    transfer = transfer_from_config(cfg["engine"].get("transfer"))
+    served = resolve_stack(cfg, model, transfer, stack=stack)
+    params = {k: v for k, v in cfg["policy"].items() if k != "name"}
+    policy = make_policy(cfg["policy"]["name"], params)
+    workload = workload_from_config(
+        cfg["workload"], needs_seq_len=profile.seq_lens is not None, base_dir=cfg["base_dir"]
+    )
+    if profile.seq_lens is not None and len(workload.seq_lens):
+        check_lengths(profile, workload.seq_lens)
+    eng = cfg["engine"]
+    pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"],
+                        qos_target_ms=cfg["qos"]["target_ms"],
+                        input_lengths=workload.seq_lens if profile.seq_lens is not None else None,
+                        served=served, corun=sim_corun(policy, profile, served))
+    return _Parts(profile, served, transfer, policy, workload, pipeline)
+
+
+def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered) -> dict[str, Any]:
+    from dvasim.core.batch_table import meta_op_counts
+    from dvasim.reporting.stability import run_verdict
+
+    summary = store.summary(cfg["qos"]["target_ms"])
+    n = summary["n_queries"]
+    profile = parts.profile
+    summary.update(
+        policy=parts.policy.name, model=profile.name, stack=parts.served.label, n_stages=profile.n_stages,
+        buffer_pairs=cfg["engine"]["buffer_pairs"], instances=parts.pipeline.instances,
+        device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
+        sim_wall_s=res.wall_s, sim_queries_per_wall_s=n / res.wall_s if res.wall_s > 0 else float("nan"),
+        **meta_op_counts(res.pipeline.table),
+    )
+    summary.update(run_verdict(store, cfg, offered))  # stable, its measures; a stepping run's levels
+    return summary
+
+
+def _resolved(cfg: dict[str, Any], parts: _Parts) -> dict[str, Any]:
+    """The config as run: the policy's parameters, the table's provenance, the stack's and host's numbers."""
+    resolved = {**cfg, "policy": {**cfg["policy"], **parts.policy.describe()}}
+    resolved["model"] = {**cfg["model"], "provenance": dict(getattr(parts.profile, "provenance", {}))}
+    resolved["server"] = parts.served.describe()
+    host = parts.served.host
+    if host is not None:
+        resolved["engine"] = {**cfg["engine"], "host": host.describe()}
+    if parts.transfer is not None:  # the copy model as run, its defaults included
+        resolved["engine"] = {**resolved["engine"], "transfer": parts.transfer.describe()}
+    return resolved
 
 

@@ -172,7 +172,7 @@ def test_a_failing_policy_keeps_every_record(tmp_path):
 def test_compare_flags_a_peak_at_the_top_of_the_load_ladder_and_takes_an_slo(tmp_path, capsys):
     """On the H100, LinkNet meets the SLO at every level of the ladder (up to 4,000 qps): its peak is only a lower
     bound, and compare says so instead of reporting the ladder's top as the peak."""
-    from dvasim.studies.compare import main as compare_main
+    from dvasim.cli.compare import cli_compare as compare_main
 
     rc = compare_main(["--quick", "--device", "h100", "--models", "linknet", "--policies", "delaybatch,dvabatch",
                        "--slo-ms", "150", "--out", str(tmp_path / "c")])
@@ -186,8 +186,8 @@ def test_compare_flags_a_peak_at_the_top_of_the_load_ladder_and_takes_an_slo(tmp
 
 
 def test_compare_can_find_its_peaks_with_the_capacity_search(tmp_path):
+    from dvasim.cli.compare import cli_compare as compare_main
     from dvasim.studies.capacity import capacity
-    from dvasim.studies.compare import main as compare_main
     from dvasim.studies.evaluation import make_config
 
     assert compare_main(["--quick", "--peak", "capacity", "--models", "bert_base", "--policies",

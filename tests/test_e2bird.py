@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import dvasim
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.corun import SimCoRun, sim_corun
 from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
@@ -218,7 +219,7 @@ def test_offline_search_linear_table_is_processor_sharing():
     # latency is that of processor sharing, closed form. For TotalBS = 4: [1,1,2] (3 + 3 + 4)/3 = 10/3 beats [4],
     # [2,2] (4) and [1,1,1,1] (4).
     table = make_table(1, lambda s, b: float(b), batch_sizes=range(1, 33))
-    best = offline_search(table, (4, 8, 16, 32))
+    best = offline_search(table, (4, 8, 16, 32), SimCoRun(table))
     assert best[4] == (2, 1, 0, 0, 0, 0)
     for total in (4, 8, 16, 32):
         scored = sorted((_ps_average(p), len(p), tuple(-x for x in p), p) for p in _partitions(total))
@@ -231,7 +232,7 @@ def test_offline_search_flat_table_ties_to_the_fewest_workers():
     # T(b) = 10 for every b: demand b/32, so any TotalBS <= 32 runs at full speed: every combination averages 10;
     # the tie goes to one worker of TotalBS
     table = make_table(1, lambda s, b: 10.0, batch_sizes=range(1, 33))
-    best = offline_search(table, (4, 8, 16, 32))
+    best = offline_search(table, (4, 8, 16, 32), SimCoRun(table))
     assert best == {4: (0, 0, 1, 0, 0, 0), 8: (0, 0, 0, 1, 0, 0), 16: (0, 0, 0, 0, 1, 0), 32: (0, 0, 0, 0, 0, 1)}
 
 
@@ -296,7 +297,8 @@ def test_ebird_is_safe_and_live(name, n_stages, workers, max_inf, n_queries, see
         params = {"workers": workers, "max_inf": max_inf}
     else:
         params = {"max_inf": max_inf, "total_bs": [4, 8]}
-    pipe = Pipeline(table, make_policy(name, params), 2, qos_target_ms=rng.choice([None, 5.0, 50.0]))
+    pol = make_policy(name, params)
+    pipe = Pipeline(table, pol, 2, qos_target_ms=rng.choice([None, 5.0, 50.0]), corun=sim_corun(pol, table))
     pol = pipe.policy
     mon = Monitor(pipe, max(pol.sizes))
     lane_batch = {}
@@ -449,4 +451,109 @@ def test_replay_runs_each_ebird_policy(name):
     assert set(r.queries["exit_batch_size"]) <= sizes
     assert r.summary["instances"] == len(r.extra["setup"].policy.sizes) > 1  # one instance per worker
     assert_outputs_match(r)
+    if name == "e-ebird":  # the offline search measured its co-runs on the replay's own stages
+        prof = r.config["policy"]["corun_profile"]
+        assert prof["source"] == "measured" and prof["on"] == "real torchscript stages on cpu"
+        assert prof["combinations"] == len(combinations(4)) and "search_costs" not in r.config["policy"]
+
+
+def test_eebird_without_a_profiler_is_refused():
+    # the offline search runs where the policy runs: a pipeline whose engine supplies no profiler is refused
+    table = make_table(1, lambda s, b: 10.0, batch_sizes=range(1, 33))
+    with pytest.raises(ConfigError, match="engine running it must supply") as e:
+        Pipeline(table, make_policy("e-ebird", {}), 2)
+    assert e.value.field == "policy"
+    assert sim_corun(make_policy("n-ebird", {}), table) is None  # N-Ebird profiles nothing
+
+
+class CountingProfiler:
+    """A profiler that answers from a formula and counts the questions (the protocol is all the search needs)."""
+
+    def __init__(self, key="counting"):
+        self.asked: list[tuple] = []
+        self.key = key
+
+    def average_ms(self, batch_sizes, seq_len):
+        self.asked.append((tuple(batch_sizes), seq_len))
+        return float(max(batch_sizes)) + 0.5 * len(batch_sizes)  # made up: fewer, smaller workers win
+
+    def cache_key(self):
+        return self.key
+
+    def describe(self):
+        return {"corun_profile": {"source": "counting"}}
+
+
+def test_offline_search_asks_the_injected_profiler_and_caches_only_computed_answers():
+    table = make_table(1, lambda s, b: 3.0 + b / 7, batch_sizes=range(1, 9))  # sizes up to 8
+    prof = CountingProfiler(key=("counting", 1))
+    best = offline_search(table, (4, 8), prof)
+    assert len(prof.asked) == len(combinations(4, (1, 2, 4, 8))) + len(combinations(8, (1, 2, 4, 8)))
+    assert max(max(b) for b, _ in prof.asked) == 8 and {L for _, L in prof.asked} == {None}
+    # TotalBS 4: [2, 2] and [1, 1, 1, 1] both 3.0, the tie to fewer workers; TotalBS 8: [2, 2, 2, 2] at 4.0
+    assert best[4] == (0, 2, 0, 0, 0, 0) and best[8] == (0, 4, 0, 0, 0, 0)
+    n = len(prof.asked)
+    offline_search(table, (4, 8), prof)
+    assert len(prof.asked) == n  # cached per (table, loads, length, key)
+    measured = CountingProfiler(key=None)
+    offline_search(table, (4,), measured)
+    offline_search(table, (4,), measured)
+    assert len(measured.asked) == 2 * len(combinations(4, (1, 2, 4, 8)))  # measurements: never reused
+    pol = make_policy("e-ebird", {"total_bs": [4]})
+    Pipeline(table, pol, 2, corun=measured)
+    assert pol.describe()["corun_profile"] == {"source": "counting"}
+
+
+# ----------------------------------------------------------------------------- the replay's co-run profiler
+def _replay_setup(modules="torchscript"):
+    from dvasim.engines.replay import prepare
+
+    return prepare({"model": {"name": "vgg19", "device": "cpu", "stages": 2}, "policy": {"name": "n-ebird"},
+                    "workload": {"kind": "poisson", "rate_qps": 400.0, "n_queries": 4, "seed": 3},
+                    "replay": {"modules": modules}})
+
+
+@pytest.mark.torch
+def test_replay_profiler_measures_co_runs_on_the_cpu():
+    pytest.importorskip("torch")
+    from dvasim.engines.replay.corun import ReplayCoRun
+
+    setup = _replay_setup()
+    prof = ReplayCoRun(setup.model, setup.stages, warmup=1, repeats=2)
+    one, four = prof.average_ms((4,), None), prof.average_ms((1, 1, 1, 1), None)
+    assert 0 < one < float("inf") and 0 < four < float("inf")  # wall-clock: no values asserted
+    assert prof.measured == 2 and prof.average_ms((1, 1, 1, 1), None) == four  # cached per combination
+    assert prof.average_ms((1, 2, 1), None) == prof.average_ms((2, 1, 1), None) and prof.measured == 3
+    assert prof.cache_key() is None and prof.describe()["corun_profile"]["combinations"] == 3
+
+
+@pytest.mark.torch
+def test_replay_profiler_cuda_path_one_stream_per_worker():
+    """On a GPU every worker's pass runs on its own stream (through the CudaOps object) and its thread waits for
+    its own event only; the device is synchronised once, before the timed runs. Checked with the recording
+    stand-in; with CUDA graphs (captured per worker slot) every replay runs inside its own worker's stream."""
+    pytest.importorskip("torch")
+    from dvasim.engines.replay.corun import ReplayCoRun
+    from tests.test_replay_cuda_discipline import RecordingCudaOps
+
+    for modules in ("eager", "cudagraph"):
+        setup = _replay_setup("eager")
+        ops = RecordingCudaOps()
+        prof = ReplayCoRun(setup.model, setup.stages, device="cuda", modules=modules, ops=ops, warmup=1, repeats=1)
+        assert prof.average_ms((2, 1, 1), None) > 0
+        log = ops.log
+        assert [e[1] for e in log if e[0] == "new_stream"] == [("corun", k) for k in range(3)]
+        launches = [e for e in log if e[0] == "launch"]
+        assert sorted(e[1] for e in launches) == [("corun", k) for k in range(3) for _ in range(2)]  # 2 rounds
+        for e in launches:  # from the worker's own thread
+            assert e[-1] == f"dvasim-corun-{e[1][1]}"
+        syncs = [e for e in log if e[0] == "sync"]
+        assert len(syncs) == 6 and all(e[-1] == f"dvasim-corun-{e[1][1]}" for e in syncs)  # own event only
+        kinds = [e[0] for e in log]
+        assert kinds.count("device_sync") == 1 and kinds.index("device_sync") < kinds.index("launch")
+        if modules == "cudagraph":
+            replays = [e for e in log if e[0] == "replay"]
+            assert len(replays) == 2 * 3 * 2  # rounds x workers x stages
+            for e in replays:  # a worker's graphs (its slot's pool) replay inside its own stream
+                assert e[1][0] == "corun" and e[2][0] == "pool" and e[2][1][:2] == e[1]
 

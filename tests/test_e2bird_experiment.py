@@ -29,9 +29,10 @@ def test_e2bird_figs13_14_quick(tmp_path):
 import pytest  # noqa: E402
 
 import dvasim  # noqa: E402
+from dvasim.engines.sim.corun import SimCoRun, corun_average_ms, worker_costs  # noqa: E402
 from dvasim.errors import ConfigError  # noqa: E402
 from dvasim.model.catalog import resolve_model  # noqa: E402
-from dvasim.policies.e2bird import EEbird, corun_average_ms, offline_search, worker_costs  # noqa: E402
+from dvasim.policies.e2bird import EEbird, offline_search  # noqa: E402
 
 
 @pytest.mark.parametrize("stack", ["tfserving", "pytorch-eager", "triton-tensorrt"])
@@ -61,9 +62,9 @@ def test_search_costs_change_the_configurations_where_launches_serialise():
     # picks fewer, larger workers than on the GPU alone; tfserving's per-batch costs are the same for every worker
     # and its launches overlap the GPU, so its choice is the GPU alone's
     table = resolve_model({"name": "resnet152", "device": "titanrtx", "stages": 1}).table
-    alone = offline_search(table, (4, 8, 16, 32))
-    assert offline_search(table, (4, 8, 16, 32), None, worker_costs("tfserving", table)) == alone
-    eager = offline_search(table, (4, 8, 16, 32), None, worker_costs("pytorch-eager", table))
+    alone = offline_search(table, (4, 8, 16, 32), SimCoRun(table))
+    assert offline_search(table, (4, 8, 16, 32), SimCoRun(table, worker_costs("tfserving", table))) == alone
+    eager = offline_search(table, (4, 8, 16, 32), SimCoRun(table, worker_costs("pytorch-eager", table)))
     for t in (4, 8, 16, 32):
         assert sum(eager[t]) < sum(alone[t])
     assert worker_costs("gpu-only", table) is None
@@ -72,7 +73,7 @@ def test_search_costs_change_the_configurations_where_launches_serialise():
 
 def test_eebird_stack_parameter(tmp_path):
     with pytest.raises(ConfigError, match="policy.stack"):
-        EEbird(stack="tf-serving")
+        EEbird(stack=3)
     cfg = {"model": {"name": "resnet152", "device": "titanrtx", "stages": 1},
            "policy": {"name": "e-ebird", "stack": "pytorch-eager"},
            "workload": {"kind": "poisson", "rate_qps": 10.0, "n_queries": 10, "seed": 0},
@@ -84,6 +85,11 @@ def test_eebird_stack_parameter(tmp_path):
     assert dvasim.run(cfg).config["policy"]["search_costs"]["stack"] == "pytorch-eager"
     cfg["server"] = {"stack": "gpu-only"}
     assert "search_costs" not in dvasim.run(cfg).config["policy"]  # the GPU alone
+    # the simulator's profiler resolves the name: an unknown one is refused, naming the parameter
+    cfg["policy"] = {"name": "e-ebird", "stack": "tf-serving"}
+    with pytest.raises(ConfigError, match="policy.stack") as e:
+        dvasim.run(cfg)
+    assert e.value.field == "policy.stack"
 
 
 def test_script_inputs_path_per_stack():

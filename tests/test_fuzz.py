@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from dvasim.core.pipeline import Pipeline
+from dvasim.engines.sim.corun import sim_corun
 from dvasim.engines.sim.engine import simulate
 from dvasim.policies import make_policy
 from tests.conftest import make_table
@@ -133,8 +134,10 @@ def build(sc):
 def simulate_scenario(sc, monitor: bool):
     table, arrivals, lens = build(sc)
     name, params = sc["policy"]
-    pipe = Pipeline(table, make_policy(name, dict(params)), sc["pairs"], instances=sc["instances"],
-                    qos_target_ms=200.0, input_lengths=lens if sc["tokens"] else None)
+    policy = make_policy(name, dict(params))
+    pipe = Pipeline(table, policy, sc["pairs"], instances=sc["instances"],
+                    qos_target_ms=200.0, input_lengths=lens if sc["tokens"] else None,
+                    corun=sim_corun(policy, table))  # E-Ebird's offline search on the simulator's device model
     mon = Monitor(pipe, batch_limit(pipe)) if monitor else None
     execs = []
     pipe.on_finish.append(lambda ex: execs.append((ex.stage, ex.batch_size, ex.seq_len, ex.start, ex.end,

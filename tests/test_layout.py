@@ -162,7 +162,7 @@ def test_layers_match_the_readme():
     """The README's "How it is built" names every layer, in order."""
     readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
     section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
-    pos = [section.find(f"`{prefixes[0].replace('.', '/')}") for _, prefixes in LAYERS[1:-2]]
+    pos = [section.find("\n" + prefixes[0].replace(".", "/")) for _, prefixes in LAYERS[1:-1]]
     assert all(p >= 0 for p in pos), [LAYERS[1 + i][1][0] for i, p in enumerate(pos) if p < 0]
     assert pos == sorted(pos), "the README lists the layers out of order"
 

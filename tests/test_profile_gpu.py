@@ -13,6 +13,7 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from dvasim.cli import main  # noqa: E402
+from dvasim.cli.profile import cli_profile  # noqa: E402
 from dvasim.engines.replay.engine import CudaOps  # noqa: E402
 from dvasim.model.profiling import profiler  # noqa: E402
 from dvasim.model.stages.graphs import CpuGraphs, GraphStage  # noqa: E402
@@ -98,9 +99,9 @@ def _launch_file(path):
 
 def test_cli_profile_writes_the_launch_side_file_in_the_exact_format(tmp_path, capsys):
     out = tmp_path / "vgg.csv"
-    rc = profiler.cli_profile(["--model", "vgg19", "--cuts", "8", "--batch-sizes", "1,2", "--repeats", "2",
-                               "--warmup", "1", "--modules", "cudagraph", "--launch", "eager,cudagraph",
-                               "--out", str(out)])
+    rc = cli_profile(["--model", "vgg19", "--cuts", "8", "--batch-sizes", "1,2", "--repeats", "2",
+                      "--warmup", "1", "--modules", "cudagraph", "--launch", "eager,cudagraph",
+                      "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     assert "launch costs of eager,cudagraph in" in capsys.readouterr().out
     table = LatencyTable.load(out)
@@ -116,9 +117,9 @@ def test_cli_profile_writes_the_launch_side_file_in_the_exact_format(tmp_path, c
     assert (lf["launch_ms"].astype(float) > 0).all()
     # a token model: the lengths filled in
     out = tmp_path / "bert.csv"
-    assert profiler.cli_profile(["--model", "bert_base", "--cuts", "4", "--batch-sizes", "1", "--seq-lens", "8,16",
-                                 "--repeats", "1", "--warmup", "0", "--modules", "cudagraph", "--launch",
-                                 "cudagraph", "--out", str(out)]) == 0
+    assert cli_profile(["--model", "bert_base", "--cuts", "4", "--batch-sizes", "1", "--seq-lens", "8,16",
+                        "--repeats", "1", "--warmup", "0", "--modules", "cudagraph", "--launch",
+                        "cudagraph", "--out", str(out)]) == 0
     assert LatencyTable.load(out).bucketed
     _, _, lf = _launch_file(tmp_path / "bert.launch.csv")
     assert sorted(set(lf["seq_len"])) == ["16", "8"] and set(lf["modules"]) == {"cudagraph"}
@@ -130,7 +131,7 @@ def test_cli_profile_writes_the_launch_side_file_in_the_exact_format(tmp_path, c
     (["--launch", "eager,jit"], "--launch"),
 ])
 def test_cli_profile_modules_errors(argv, field, tmp_path, capsys):
-    rc = profiler.cli_profile(["--model", "vgg19", "--stages", "2", *argv, "--out", str(tmp_path / "t.csv")])
+    rc = cli_profile(["--model", "vgg19", "--stages", "2", *argv, "--out", str(tmp_path / "t.csv")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith(f"dvasim profile: error: {field}: "), err
 

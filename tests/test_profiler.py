@@ -8,9 +8,10 @@ import pytest
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
+from dvasim.cli.profile import cli_profile  # noqa: E402
 from dvasim.errors import ConfigError  # noqa: E402
 from dvasim.model import zoo  # noqa: E402
-from dvasim.model.profiling.profiler import cli_profile, profile_ops, profile_stages, stats_path, to_table  # noqa: E402
+from dvasim.model.profiling.profiler import profile_ops, profile_stages, stats_path, to_table  # noqa: E402
 from dvasim.model.slicing import stage_table  # noqa: E402
 from dvasim.model.table import LatencyTable  # noqa: E402
 

@@ -158,8 +158,8 @@ def test_sweep_runs_every_point_on_the_stack_and_caches_per_stack(cfg, engine, t
 def test_compare_passes_the_stack_and_names_it_in_rows_tables_and_titles(tmp_path, monkeypatch, capsys):
     """A real quick compare on one model: the study is asked for the stack and the engine file, and every row,
     printed table and figure title names the stack (spies record the calls and run the real functions)."""
+    from dvasim.cli import compare as cmp
     from dvasim.reporting import plots
-    from dvasim.studies import compare as cmp
     from dvasim.studies import evaluation as study
 
     asked, titles = {}, []
@@ -177,7 +177,7 @@ def test_compare_passes_the_stack_and_names_it_in_rows_tables_and_titles(tmp_pat
     monkeypatch.setattr(plots, "policy_bars", spy_bars)
     engine = tmp_path / "e.toml"
     engine.write_text(ENGINE)
-    assert cmp.main(["--quick", "--models", "resnet152", "--policies", "zerobatch,dvabatch", "--stack", "tfserving",
+    assert cmp.cli_compare(["--quick", "--models", "resnet152", "--policies", "zerobatch,dvabatch", "--stack", "tfserving",
                      "--engine", str(engine), "--workers", "1", "--out", str(tmp_path / "c")]) == 0
     assert asked["stack"] == "tfserving" and asked["engine_file"] == str(engine)
     res = pd.read_csv(tmp_path / "c" / "compare.csv")

@@ -141,7 +141,7 @@ seed = 7
     ('[random]\nn = 0\n"workload.rate_qps" = {uniform = [1, 2]}\n', "sweep.random.n"),
     ('[seeds]\nvalues = [-1]\n', "sweep.seeds.values"),
     ('grids = 1\n', "sweep.grids"),
-    ('[capacity]\nslo = 5\n', "sweep.capacity"),
+    ('[capacity]\nslo = 5\n', "sweep.capacity.slo"),
     ('[capacity]\nslo_ms = 5\nsteps = 3\n', "sweep.capacity.steps"),
     ('[grid]\n"policy.name" = ["nosuch"]\n', "policy.name"),
 ])

@@ -1,5 +1,10 @@
-"""DVABatch's mechanism as plain Python objects: queries, the batch table and its meta operations, batch queue
-items, buffer pairs, stage executors and the pipeline control plane. Imports neither simpy nor torch."""
+"""DVABatch's mechanism as plain Python objects (paper §5-§6): queries, the batch table and its meta operations
+(:mod:`~dvasim.core.operations`: *new*, *stretch*, *split*), batch queue items, buffer pairs, stage executors with
+their four states, and the pipeline control plane both engines drive.
+
+May import: the foundation (:mod:`dvasim.errors`) and the standard library; neither simpy nor torch, and no other
+dvasim package (the policies are handed in; tests/test_layout.py enforces it).
+"""
 
 from dvasim.core.batch_table import Batch, BatchItem, BatchTable, MetaOpError
 from dvasim.core.buffers import BufferPairs, BufferState

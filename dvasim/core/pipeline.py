@@ -36,6 +36,8 @@ from dvasim.core.executor import Executor, ExecutorState
 from dvasim.core.operations import SPLIT_MANNERS, New, Split, Stretch
 from dvasim.core.query import Query
 
+MAX_INSTANCES = 64  # the mechanism's limit on a pipeline's instances (model instances, E2bird's workers)
+
 ACTIVE, CHECKING, WORKING, INACTIVE = (ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING,
                                        ExecutorState.INACTIVE)
 
@@ -98,16 +100,17 @@ class Execution:
 class Pipeline:
     def __init__(self, profile, policy, n_buffer_pairs: int = 2, record_states: bool = False,
                  instances: int = 1, qos_target_ms: float | None = None, input_lengths=None,
-                 served=None):
+                 served=None, corun=None):
         if instances < 1:
             raise ValueError("instances must be >= 1")
         # a policy that brings its own workers (E2bird's multi-granularity engine) says how many instances it
-        # needs: ``instances_needed(profile, qos_target_ms, input_lengths, served=...)`` (``served``: the run's
-        # resolved serving stack, plain data, for a policy whose worker choice weighs the host's costs); with
-        # [engine] instances left at 1 the pipeline takes that many
+        # needs: ``instances_needed(profile, qos_target_ms, input_lengths, served=..., corun=...)`` (``served``:
+        # the run's resolved serving stack, plain data, for a policy whose worker choice weighs the host's costs;
+        # ``corun``: the engine's co-run profiler, for a policy that profiles workers running together, E-Ebird's
+        # offline search); with [engine] instances left at 1 the pipeline takes that many
         needed = getattr(policy, "instances_needed", None)
         if callable(needed):
-            want = int(needed(profile, qos_target_ms, input_lengths, served=served))
+            want = int(needed(profile, qos_target_ms, input_lengths, served=served, corun=corun))
             if instances not in (1, want):
                 from dvasim.errors import ConfigError
 

@@ -23,10 +23,10 @@ def case_config(folder, table) -> dict[str, Any]:
     """The folder's replay config as a simulator config on ``table``."""
     import tomllib
 
-    from dvasim.fitting.fit import _find, _read_text
+    from dvasim.fitting.logs import find_log, read_log_text
 
     d = Path(folder)
-    cfg = tomllib.loads(_read_text(_find(d, "config.toml")))
+    cfg = tomllib.loads(read_log_text(find_log(d, "config.toml")))
     cfg = {k: v for k, v in cfg.items() if k != "replay"}
     cfg["model"] = {"table": str(Path(table).resolve())}
     cfg["_base_dir"] = str(d.resolve())
@@ -102,7 +102,7 @@ def self_check(dirs, table, engine_file) -> list[dict[str, Any]]:
     """Each replay folder simulated with ``table`` and the engine file, against its own ``queries.csv``:
     how well the fitted engine reproduces the runs it was fitted on."""
     from dvasim.api import run
-    from dvasim.fitting.fit import read_replay
+    from dvasim.fitting.logs import read_replay
     from dvasim.reporting.metrics import summarize
 
     rows = []

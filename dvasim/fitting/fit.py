@@ -1,10 +1,10 @@
 """``dvasim fit``: the simulator's engine parameters fitted to real replay logs.
 
 A replay folder is what ``dvasim replay --out DIR`` writes: ``config.toml`` (or ``config.json``), ``queries.csv``
-and ``executions.csv`` (each may be gzipped). Every execution row carries the table time the policy decided
-with (``table_ms``, the GPU time), the real time its thread spent (``compute_ms``), the part of that spent
-copying buffers (``copy_ms``), and the hand-off and book-keeping around it. From these the fit takes, per stage,
-the host model of :mod:`dvasim.server.host` and the engine's delays:
+and ``executions.csv`` (each may be gzipped; :mod:`dvasim.fitting.logs` reads them). Every execution row carries
+the table time the policy decided with (``table_ms``, the GPU time), the real time its thread spent
+(``compute_ms``), the part of that spent copying buffers (``copy_ms``), and the hand-off and book-keeping around
+it. From these the fit takes, per stage, the host model of :mod:`dvasim.server.host` and the engine's delays:
 
 * **launch cost**, first per stage ``a[s] + c[s] * b``: from executions that ran alone (no other stage
   execution overlapping them) and were bound by the host (``compute - copy > table``: the thread spent longer
@@ -17,7 +17,7 @@ the host model of :mod:`dvasim.server.host` and the engine's delays:
   is a zero sum of residuals); when the stages' operator counts are too alike to separate the two terms (the
   largest below 1.5 times the smallest) ``launch_fixed_ms = 0`` and ``launch_per_op_ms = sum(a) / sum(ops)``; and
   ``launch_model_per_row_ms = sum(c)``, a whole model's growth per row, shared by the stages by their
-  operators. The operators come from ``operators=`` (``--operators``, or ``--table``'s ``# slicing:`` cuts), else
+  operators. The operators come from ``operators=`` (``--operators``, or ``--table``'s ``# cuts:``), else
   from the replays' ``[model]`` (:func:`replay_operators`). ``[fit]`` keeps the per-stage lines and the law's
   error on each stage. With
   ``--launch-table`` (a profiled launch table, :class:`dvasim.server.host.LaunchTable`) the table's shape over batch
@@ -57,75 +57,18 @@ under the lock).
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dvasim.errors import ConfigError, DvasimError, OneLineParser
+from dvasim.errors import ConfigError, DvasimError
+from dvasim.fitting.logs import read_replay
 
 ADMISSION_LEVELS = (*np.linspace(0.0, 0.95, 20), 0.999)
-
-
-# ----------------------------------------------------------------------------- reading replay folders
-def _find(d: Path, stem: str) -> Path | None:
-    for name in (stem, stem + ".gz"):
-        if (d / name).is_file():
-            return d / name
-    return None
-
-
-def read_replay(path) -> dict[str, Any]:
-    """One replay folder: ``{"dir", "config", "queries", "executions"}`` (DataFrames)."""
-    d = Path(path)
-    if not d.is_dir():
-        raise ConfigError("fit", f"{str(d)!r} is not a folder; give replay output folders (dvasim replay --out DIR)")
-    cfg_path = _find(d, "config.toml") or _find(d, "config.json")
-    if cfg_path is None:
-        raise ConfigError("fit", f"{d}: no config.toml or config.json; give a folder written by dvasim replay")
-    raw = _read_text(cfg_path)
-    try:
-        if cfg_path.name.startswith("config.toml"):
-            import tomllib
-
-            cfg = tomllib.loads(raw)
-        else:
-            cfg = json.loads(raw).get("config", {})
-    except ValueError as e:
-        raise ConfigError("fit", f"{cfg_path}: cannot be read ({e})") from None
-    frames = {}
-    for stem, need in (("queries.csv", {"arrival_ms", "seen_ms", "finish_ms"}),
-                       ("executions.csv", {"stage", "batch_size", "table_ms", "begin_ms", "end_ms", "compute_ms",
-                                           "copy_ms", "handoff_ms", "bookkeeping_ms"})):
-        p = _find(d, stem)
-        if p is None:
-            raise ConfigError("fit", f"{d}: no {stem} (or {stem}.gz); give a folder written by dvasim replay")
-        try:
-            df = pd.read_csv(p)
-        except (ValueError, OSError, UnicodeDecodeError) as e:
-            raise ConfigError("fit", f"{p}: not a readable CSV ({e})") from None
-        missing = sorted(need - set(df.columns))
-        if missing:
-            raise ConfigError("fit", f"{p}: missing columns {', '.join(missing)}; is it a replay's {stem}?")
-        frames[stem.split(".")[0]] = df
-    if frames["executions"].empty:
-        raise ConfigError("fit", f"{d}: executions.csv has no rows")
-    return {"dir": str(d), "config": cfg, **frames}
-
-
-def _read_text(p: Path) -> str:
-    try:
-        if p.suffix == ".gz":
-            with gzip.open(p, "rt", encoding="utf-8") as f:
-                return f.read()
-        return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("fit", f"{p}: cannot be read ({e})") from None
 
 
 # ----------------------------------------------------------------------------- the pieces of the fit
@@ -265,8 +208,8 @@ RESOLVABLE_OPS_RATIO = 1.5  # the launch law's intercept is fitted only when max
 def table_operators(table) -> list[int] | None:
     """The operators in each stage of a stage table (a :class:`LatencyTable` or its file), as a run on that table
     counts them (:func:`dvasim.server.resolve.stage_operators`): a ``# operators:`` line with one count per stage,
-    or the model's total there and the ``cuts=[...]`` of its ``# slicing:`` line (what ``dvasim profile`` writes:
-    the H100 serving tables say ``operators: 157`` and ``slicing: at-cuts N=4 cuts=[0,39,78,118]``). ``None``
+    or the model's total there and its cut bounds (``# cuts:``, :attr:`LatencyTable.cuts`, what ``dvasim profile``
+    writes: the H100 serving tables say ``operators: 157`` and ``cuts: 0,39,78,118``). ``None``
     when the table says neither."""
     from dvasim.model.catalog import ResolvedModel
     from dvasim.model.table import LatencyTable
@@ -414,27 +357,86 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     the ``[engine]`` section (with ``[engine.host]``, and ``[engine.transfer]`` for the first stage's input copy)
     and the evidence. ``operators``: the operators in each replayed stage (default: from the replays' ``[model]``,
     :func:`replay_operators`), ``operators_source`` where they come from (kept in ``[fit]``)."""
-    from dvasim.server.host import MODULE_KINDS, LaunchTable
+    from dvasim.server.host import LaunchTable
 
     runs = [r if isinstance(r, dict) else read_replay(r) for r in dirs]
     if not runs:
         raise ConfigError("fit", "give at least one replay folder")
     model = _model_of(runs)
     n = _n_stages(runs)
+    kind = _module_kind(runs, modules)
+    ops, ops_src = _stage_operators(runs, n, operators, operators_source, launch_table)
+    ex, e = _executions(runs, n, python_ms, gpu_table)
+    alone = e[e["overlap"] < alone_below]
+    if len(alone) < 10:
+        raise ConfigError("fit", f"only {len(alone)} executions ran alone; include ZeroBatch or DelayBatch replays")
+    host: dict[str, Any] = {"modules": kind, "cores": host_cores}
+    table = LaunchTable.load(launch_table, "--launch-table") if launch_table else None
+    lines = _stage_lines(alone, n, table, kind)
+    law = None
+    if table is not None:
+        host["launch_table"] = str(Path(launch_table).resolve())
+        host["launch_scale"] = float(np.median(lines["ratios"])) if lines["ratios"] else 1.0
+    else:  # the per-stage lines as the law that fits any slicing
+        law = launch_law(lines["launch_ms"], lines["launch_per_row_ms"], ops, used=[k > 0 for k in lines["n_bound"]])
+        host.update({k: law[k] for k in ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms",
+                                          "first_launch_ms", "last_launch_ms") if k in law})
+        # (jitter, stalls and cores below are measured against each stage's own line: a stall is a launch far
+        # slower than its stage's typical one, not the law's error on that stage)
+    if gpu_table is not None:
+        host["gpu_table"] = str(Path(gpu_table).resolve())
+    copies = _copies(host, e, lines, model, python_ms)
+    launch = _stage_launch_cost(table, kind, host, lines)
+    cv, stall_prob, stall_q, cluster = _jitter_and_stalls(alone, launch)
+    cores_fit = _overlapped_launch_cores(ex, e, launch, host, fit_cores_from_overlap)
+    if stall_q is not None:
+        host["stall_prob"] = stall_prob
+        host["stall_ms"] = stall_q
+        if cluster is not None:  # bursts: base probability, and the probability within a window after a stall
+            host["stall_prob"] = cluster[0]
+            host["stall_cluster_prob"] = cluster[1]
+            host["stall_window_ms"] = STALL_WINDOW_MS
+    q = pd.concat([r["queries"] for r in runs], ignore_index=True)
+    engine = _engine_delays(q, e, cv)
+    evidence = _evidence(runs, model, kind, n, e, alone, lines["n_bound"], q, cores_fit)
+    per_stage = {k: list(lines[k]) for k in ("launch_ms", "launch_per_row_ms", "copy_ms", "copy_per_row_ms")}
+    evidence.update(_slicing_notes(per_stage, law, ops, ops_src, copies, int(e["batch_size"].max())))
+    if gpu_table is not None:
+        evidence["gpu_table_note"] = "host.gpu_table is per stage: this engine file fits only its stage count"
+    engine["host"] = host
+    return {"engine": engine, "fit": evidence}
+
+
+def _module_kind(runs: list[dict], modules: str | None) -> str:
+    """The module kind the replays ran (``modules`` if given; ``auto`` read as ``cudagraph``): one, and known."""
+    from dvasim.server.host import MODULE_KINDS
+
     kinds = {modules} if modules else {r["config"].get("replay", {}).get("modules", "torchscript") for r in runs}
     kinds = {"cudagraph" if k == "auto" else k for k in kinds}
     if len(kinds) != 1 or not kinds <= set(MODULE_KINDS):
         raise ConfigError("fit", f"the folders ran different or unknown module kinds ({sorted(kinds)}); give --modules")
-    kind = kinds.pop()
+    return kinds.pop()
+
+
+def _stage_operators(runs: list[dict], n: int, operators, operators_source: str | None,
+                     launch_table: str | None) -> tuple[list[int] | None, str | None]:
+    """The operators in each replayed stage and where they come from: given, else the replays' ``[model]``; none
+    with a launch table (its costs are per stage: no law)."""
     if operators is not None:
         ops = [int(x) for x in operators]
         if len(ops) != n or min(ops) < 1:
             raise ConfigError("--operators", f"give {n} operator counts >= 1 (one per replayed stage), got {operators}")
-        ops_src = operators_source or "given"
-    elif launch_table is None:
-        ops, ops_src = replay_operators(runs, n)
-    else:  # a launch table's costs are per stage: no law, no operators needed
-        ops, ops_src = None, None
+        return ops, operators_source or "given"
+    if launch_table is None:
+        return replay_operators(runs, n)
+    return None, None  # a launch table's costs are per stage: no law, no operators needed
+
+
+def _executions(runs: list[dict], n: int, python_ms: float, gpu_table: str | None) -> tuple[list[pd.DataFrame],
+                                                                                             pd.DataFrame]:
+    """Every run's executions with the fraction of each that overlapped others (``overlap``) and the run's index
+    (``run``), and all of them together with ``host_ms``, the launch proper (thread time less the copies and
+    the given Python-level work), and with ``gpu_table`` its GPU times as ``table_ms``."""
     ex = []
     for k, r in enumerate(runs):
         e = r["executions"].copy()
@@ -454,63 +456,67 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
         lens = e["seq_len"] if gt.seq_lens is not None else [None] * len(e)
         e["table_ms"] = [gt.latency(int(s_), int(b), None if L is None else int(L))
                          for s_, b, L in zip(e["stage"], e["batch_size"], lens)]
-    alone = e[e["overlap"] < alone_below]
-    if len(alone) < 10:
-        raise ConfigError("fit", f"only {len(alone)} executions ran alone; include ZeroBatch or DelayBatch replays")
-    host: dict[str, Any] = {"modules": kind, "cores": host_cores}
-    launch_a, launch_c, copy_a, copy_c, n_bound = [], [], [], [], []
-    table = LaunchTable.load(launch_table, "--launch-table") if launch_table else None
-    ratios = []
+    return ex, e
+
+
+def _stage_lines(alone: pd.DataFrame, n: int, table, kind: str) -> dict[str, list]:
+    """Per stage, from the executions that ran alone: the copy line, the launch line through the host-bound ones
+    (``0 + 0 b`` where none was; none with a launch ``table``, whose ratios real / table are collected instead) and
+    how many were host-bound."""
+    out: dict[str, list] = {"launch_ms": [], "launch_per_row_ms": [], "copy_ms": [], "copy_per_row_ms": [],
+                            "n_bound": [], "ratios": []}
     for s in range(n):
         a_s = alone[alone["stage"] == s]
         bound = a_s[a_s["host_ms"] > a_s["table_ms"]]
-        n_bound.append(int(len(bound)))
+        out["n_bound"].append(int(len(bound)))
         ca, cc = line_fit(a_s["batch_size"], a_s["copy_ms"])
-        copy_a.append(ca)
-        copy_c.append(cc)
+        out["copy_ms"].append(ca)
+        out["copy_per_row_ms"].append(cc)
         if table is not None:
             lens = bound["seq_len"] if "seq_len" in bound else [None] * len(bound)
             base = np.array([table.cost(kind, s, int(b), None if L is None or _nan(L) else int(L))
                              for b, L in zip(bound["batch_size"], lens)])
-            ratios.extend((bound["host_ms"].to_numpy() / np.maximum(base, 1e-9)).tolist())
+            out["ratios"].extend((bound["host_ms"].to_numpy() / np.maximum(base, 1e-9)).tolist())
         elif len(bound):
             la, lc = line_fit(bound["batch_size"], bound["host_ms"])
-            launch_a.append(la)
-            launch_c.append(lc)
+            out["launch_ms"].append(la)
+            out["launch_per_row_ms"].append(lc)
         else:
-            launch_a.append(0.0)
-            launch_c.append(0.0)
-    law = None
-    per_stage = {"launch_ms": list(launch_a), "launch_per_row_ms": list(launch_c), "copy_ms": list(copy_a),
-                 "copy_per_row_ms": list(copy_c)}
-    if table is not None:
-        host["launch_table"] = str(Path(launch_table).resolve())
-        host["launch_scale"] = float(np.median(ratios)) if ratios else 1.0
-    else:  # the per-stage lines as the law that fits any slicing
-        law = launch_law(launch_a, launch_c, ops, used=[k > 0 for k in n_bound])
-        host.update({k: law[k] for k in ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms",
-                                          "first_launch_ms", "last_launch_ms") if k in law})
-        # (jitter, stalls and cores below are measured against each stage's own line: a stall is a launch far
-        # slower than its stage's typical one, not the law's error on that stage)
-    if gpu_table is not None:
-        host["gpu_table"] = str(Path(gpu_table).resolve())
+            out["launch_ms"].append(0.0)
+            out["launch_per_row_ms"].append(0.0)
+    return out
+
+
+def _copies(host: dict[str, Any], e: pd.DataFrame, lines: dict[str, list], model: str | None,
+            python_ms: float) -> dict[str, Any]:
+    """The copy law (:func:`copy_law`, its bandwidth note at the executions' median length) and the given
+    ``python_ms`` written into ``host``; returns the copy law."""
     lens_all = e["seq_len"] if "seq_len" in e else pd.Series(dtype=float)
     med_len = float(np.nanmedian(lens_all.to_numpy(float))) if len(lens_all) and lens_all.notna().any() else None
-    copies = copy_law(copy_a, copy_c, model, med_len)
+    copies = copy_law(lines["copy_ms"], lines["copy_per_row_ms"], model, med_len)
     for k in ("copy_ms", "copy_per_row_ms", "first_copy_ms", "first_copy_per_row_ms"):
         host[k] = copies[k]
     host["python_ms"] = float(python_ms)
+    return copies
 
-    # jitter: real / modelled time of the executions that ran alone, relative to their (stage, batch) median
-    def modelled(row_stage, b, L, g):
+
+def _stage_launch_cost(table, kind: str, host: dict[str, Any], lines: dict[str, list]):
+    """The modelled launch cost ``cost(stage, b, length)``: the launch table's scaled, else the stage's own line."""
+
+    def cost(stage: int, b: int, length: int | None) -> float:
         if table is not None:
-            lc = table.cost(kind, row_stage, b, L) * host["launch_scale"]
-        else:
-            lc = launch_a[row_stage] + launch_c[row_stage] * b
-        return max(lc, g)
+            return table.cost(kind, stage, b, length) * host["launch_scale"]
+        return lines["launch_ms"][stage] + lines["launch_per_row_ms"][stage] * b
 
+    return cost
+
+
+def _jitter_and_stalls(alone: pd.DataFrame, launch) -> tuple[float, float, list[float] | None, tuple | None]:
+    """From the executions that ran alone against their modelled time (launch or GPU, the longer): ``service_cv``
+    (real / modelled relative to its (stage, batch) median, :func:`robust_cv`), the stalls (:func:`stalls`) and
+    their bursts ``(p_far, p_near)`` where stalls cluster (:func:`stall_clustering`), else ``None``."""
     lens = alone["seq_len"] if "seq_len" in alone else pd.Series([math.nan] * len(alone), index=alone.index)
-    mod = np.array([modelled(int(s), int(b), None if _nan(L) else int(L), g) for s, b, L, g in
+    mod = np.array([max(launch(int(s), int(b), None if _nan(L) else int(L)), g) for s, b, L, g in
                     zip(alone["stage"], alone["batch_size"], lens, alone["table_ms"])])
     rel = alone["host_ms"].to_numpy() / np.maximum(mod, 1e-9)
     grp = alone["stage"].to_numpy() * 10_000 + alone["batch_size"].to_numpy()
@@ -528,49 +534,54 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
         p_near, p_far, n_near = stall_clustering(alone["begin_ms"], flagged, alone["run"])
         if n_near >= 20 and p_near > p_far:
             cluster = (p_far, p_near)
+    return cv, stall_prob, stall_q, cluster
 
-    # launches that overlapped others (DVABatch, several instances): how many cores launch at once
-    cores_fit = None
+
+def _overlapped_launch_cores(ex: list[pd.DataFrame], e: pd.DataFrame, launch, host: dict[str, Any],
+                             fit_cores_from_overlap: bool) -> dict[str, Any] | None:
+    """Launches that overlapped others (DVABatch, several instances): how many cores launch at once
+    (:func:`fit_cores`, only on request), written as ``host["cores"]``; returns the evidence or ``None``."""
     over = e[e["overlap"] >= 0.5]
     if fit_cores_from_overlap and len(over) < 50:
         raise ConfigError("--fit-cores", f"only {len(over)} executions overlapped others; give DVABatch replays "
                                          "(or several instances) to fit the launching cores")
-    if fit_cores_from_overlap:
-        pieces, work = [], []
-        for run_e in ex:
-            run_e = run_e.assign(copy_ms=run_e["copy_ms"].fillna(0.0))
-            lb = (run_e["begin_ms"] + run_e["copy_ms"]).to_numpy()  # the launch follows the copies
-            segs = segments(lb, run_e["end_ms"].to_numpy())
-            for k, r in enumerate(run_e.itertuples(index=False)):
-                if r.overlap < 0.5:
-                    continue
-                if table is not None:
-                    w = table.cost(kind, int(r.stage), int(r.batch_size), None) * host["launch_scale"]
-                else:
-                    w = launch_a[int(r.stage)] + launch_c[int(r.stage)] * r.batch_size
-                if w > r.table_ms and w > 0:  # host-bound: its span is the launch's
-                    pieces.append(segs[k])
-                    work.append(w)
-        if len(work) >= 50:
-            c, err = fit_cores(pieces, work)
-            host["cores"] = round(c, 1)
-            cores_fit = {"n_overlapped_launches": len(work), "cores": round(c, 1), "median_abs_rel_error": round(err, 4)}
-    if stall_q is not None:
-        host["stall_prob"] = stall_prob
-        host["stall_ms"] = stall_q
-        if cluster is not None:  # bursts: base probability, and the probability within a window after a stall
-            host["stall_prob"] = cluster[0]
-            host["stall_cluster_prob"] = cluster[1]
-            host["stall_window_ms"] = STALL_WINDOW_MS
-    q = pd.concat([r["queries"] for r in runs], ignore_index=True)
+    if not fit_cores_from_overlap:
+        return None
+    pieces, work = [], []
+    for run_e in ex:
+        run_e = run_e.assign(copy_ms=run_e["copy_ms"].fillna(0.0))
+        lb = (run_e["begin_ms"] + run_e["copy_ms"]).to_numpy()  # the launch follows the copies
+        segs = segments(lb, run_e["end_ms"].to_numpy())
+        for k, r in enumerate(run_e.itertuples(index=False)):
+            if r.overlap < 0.5:
+                continue
+            w = launch(int(r.stage), int(r.batch_size), None)
+            if w > r.table_ms and w > 0:  # host-bound: its span is the launch's
+                pieces.append(segs[k])
+                work.append(w)
+    if len(work) < 50:
+        return None
+    c, err = fit_cores(pieces, work)
+    host["cores"] = round(c, 1)
+    return {"n_overlapped_launches": len(work), "cores": round(c, 1), "median_abs_rel_error": round(err, 4)}
+
+
+def _engine_delays(q: pd.DataFrame, e: pd.DataFrame, cv: float) -> dict[str, Any]:
+    """``launch_overhead_ms`` (mean hand-off + book-keeping), ``admission_delay_ms`` (quantiles of seen - arrival,
+    or their mean when too few) and ``service_cv``."""
     late = (q["seen_ms"] - q["arrival_ms"]).to_numpy(float)
     adm = admission_quantiles(late)
     overhead = float((e["handoff_ms"] + e["bookkeeping_ms"]).mean())
-    engine: dict[str, Any] = {
+    return {
         "launch_overhead_ms": overhead,
         "admission_delay_ms": adm if adm is not None else float(np.nanmean(late)) if len(late) else 0.0,
         "service_cv": cv,
     }
+
+
+def _evidence(runs: list[dict], model: str | None, kind: str, n: int, e: pd.DataFrame, alone: pd.DataFrame,
+              n_bound: list[int], q: pd.DataFrame, cores_fit: dict[str, Any] | None) -> dict[str, Any]:
+    """``[fit]``: what the fit was made from and what it could not fit."""
     bp = {r["config"].get("engine", {}).get("buffer_pairs") for r in runs} - {None}
     evidence = {
         "model": model, "modules": kind, "stages": n, "folders": [r["dir"] for r in runs],
@@ -583,11 +594,7 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     }
     if cores_fit:
         evidence["cores_fit"] = json.dumps(cores_fit)
-    evidence.update(_slicing_notes(per_stage, law, ops, ops_src, copies, int(e["batch_size"].max())))
-    if gpu_table is not None:
-        evidence["gpu_table_note"] = "host.gpu_table is per stage: this engine file fits only its stage count"
-    engine["host"] = host
-    return {"engine": engine, "fit": evidence}
+    return evidence
 
 
 def _slicing_notes(per_stage: dict[str, list[float]], law: dict[str, Any] | None, ops: list[int] | None,
@@ -667,85 +674,3 @@ def write_engine(result: dict[str, Any], path) -> Path:
     except OSError as e:
         raise ConfigError("--out", f"cannot write {p} ({e.strerror or e})") from None
     return p
-
-
-# ----------------------------------------------------------------------------- command line
-def cli_fit(argv=None) -> int:
-    p = OneLineParser(prog="dvasim fit", description="fit the simulator's engine to replay output folders")
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="replay folders (config.toml, queries.csv, executions.csv)")
-    p.add_argument("--out", required=True, help="the engine file to write, e.g. engine.toml")
-    p.add_argument("--launch-table", default=None, help="a profiled launch table; then only launch_scale is fitted")
-    p.add_argument("--gpu-table", default=None,
-                   help="a per-stage GPU-time table (CUDA graph replays) for the device model, when the replays' "
-                        "table timed host-bound launches")
-    p.add_argument("--modules", default=None, help="module kind the replays ran (default: from their configs)")
-    p.add_argument("--host-cores", default="16", help="launching cores of the replay's host (not fitted)")
-    p.add_argument("--operators", default=None, metavar="N,N,...",
-                   help="the operators in each replayed stage, for the launch law (default: the cuts of --table's "
-                        "'# slicing:' line when it has them, else the replays' [model] resolved today)")
-    p.add_argument("--fit-cores", action="store_true",
-                   help="fit host.cores from launches that overlapped others (needs DVABatch or multi-instance replays)")
-    p.add_argument("--table", default=None,
-                   help="the stage table the replays' policy decided with: then every folder is simulated with the "
-                        "fitted engine and compared with its own queries (printed, and kept in the file's [fit])")
-    try:
-        args = p.parse_args(argv)
-        try:
-            cores = int(args.host_cores)
-        except ValueError:
-            cores = 0
-        if cores < 1:
-            raise ConfigError("--host-cores", f"must be an integer >= 1, got {args.host_cores!r}")
-        ops = ops_src = None
-        if args.operators is not None:
-            ops_src = "--operators"
-            try:
-                ops = [int(x) for x in args.operators.split(",") if x.strip()]
-            except ValueError:
-                ops = []
-            if not ops or min(ops) < 1:
-                raise ConfigError("--operators", f"must be comma-separated counts >= 1, e.g. 39,39,40,39; got "
-                                                 f"{args.operators!r}")
-        elif args.table is not None:
-            from dvasim.schema import find_file
-
-            ops = table_operators(find_file(args.table, None, "--table"))
-            ops_src = f"--table's '# operators:' and '# slicing:' lines ({args.table})" if ops else None
-        res = fit(args.dirs, launch_table=args.launch_table, modules=args.modules, host_cores=cores,
-                  gpu_table=args.gpu_table, fit_cores_from_overlap=args.fit_cores, operators=ops,
-                  operators_source=ops_src)
-        out = write_engine(res, args.out)
-        checks = None
-        if args.table is not None:
-            from dvasim.fitting.check import self_check
-            from dvasim.schema import find_file
-
-            checks = self_check(args.dirs, find_file(args.table, None, "--table"), out)
-            for k in ("throughput_qps", "mean_latency_ms", "p99_latency_ms"):
-                res["fit"][f"self_check_err_{k}"] = [round(c[f"err_{k}"], 4) for c in checks]
-            out = write_engine(res, args.out)
-    except DvasimError as e:
-        print(f"dvasim: error: {e}", file=sys.stderr)
-        return 2
-    f = res["fit"]
-    h = res["engine"]["host"]
-    print(f"dvasim fit: {len(f['folders'])} folders, {f['n_executions']} executions ({f['n_alone']} alone) of "
-          f"{f['model']} ({f['modules']}, {f['stages']} stages) -> {out}")
-    if "launch_per_op_ms" in h:
-        print("  launch ms per stage fitted: " + ", ".join(f"{a:.3f}+{c:.4f}b" for a, c in
-                                                           zip(f["launch_ms_by_stage"], f["launch_per_row_ms_by_stage"])))
-        print(f"  launch law (any slicing): {h['launch_fixed_ms']:.3f} + {h['launch_per_op_ms']:.4f} * ops + "
-              f"{h['launch_model_per_row_ms']:.4f} * ops/sum(ops) * b ms; stages of {f['stage_operators']} "
-              f"operators: " + ", ".join(f"{x:+.1%}" for x in f["launch_law_rel_err_by_stage_b1"]) + " at batch 1")
-        print(f"    {f['launch_law_fit']}")
-    else:
-        print(f"  launch_scale: {h['launch_scale']:.3f} on {h['launch_table']}")
-    print("  copy ms per stage fitted:   " + ", ".join(f"{a:.3f}+{c:.4f}b" for a, c in
-                                                       zip(f["copy_ms_by_stage"], f["copy_per_row_ms_by_stage"])))
-    print(f"  copies (any slicing): {h['copy_ms']:.3f} + {h['copy_per_row_ms']:.4f}b ms per launch; the first stage "
-          f"{h.get('first_copy_ms', 0.0):+.3f} {h.get('first_copy_per_row_ms', 0.0):+.4f}b more (its inputs)")
-    print(f"  launch_overhead_ms {res['engine']['launch_overhead_ms']:.3f}, service_cv {res['engine']['service_cv']:.3f}")
-    for c in checks or []:
-        print(f"  {c['folder']}: simulated vs real throughput {c['err_throughput_qps']:+.1%}, mean "
-              f"{c['err_mean_latency_ms']:+.1%}, p99 {c['err_p99_latency_ms']:+.1%}")
-    return 0

@@ -136,46 +136,19 @@ def serving_stage_table(cfg: dict, path: Path, repeats: int = 15, gap_ms: float 
     written to the replay's own buffers. On this virtual machine a stage that runs after the other stages and an
     idle spell takes measurably longer than in the profiler's hot loop (cold caches, vCPU wake-up).
     """
-    import queue
     import threading
 
     import torch
 
     from dvasim.engines.replay.engine import prepare
-    from dvasim.model.stages.buffers import BufferSet
     from dvasim.model.table import LatencyTable
 
     setup = prepare(cfg)
     bss, sls = _profile_grid(setup.profile, setup.cfg)
     sls = sls or [None]
-    model, n = setup.model, len(setup.stages)
-    bufs = BufferSet(model, list(setup.resolved.bounds), 1, 1, max(bss), max_len=1 if sls == [None] else max(sls))
-    mail = [queue.SimpleQueue() for _ in range(n + 1)]
-    times: list[list[float]] = [[] for _ in range(n)]
-    errors: list = []
-
-    def stage_thread(st: int) -> None:
-        torch.set_num_threads(1)
-        mod = setup.stages[st]
-        with torch.inference_mode():
-            while True:
-                job = mail[st].get()
-                if job is None:
-                    mail[st + 1].put(None)
-                    return
-                bs, length = job
-                try:
-                    carry = bufs.read(0, st, 0, range(bs), length)
-                    t0 = time.perf_counter()
-                    out = mod(carry)
-                    times[st].append((time.perf_counter() - t0) * 1000.0)
-                    bufs.write(0, st + 1, 0, range(bs), out, length)
-                except BaseException as e:  # surface in the caller
-                    errors.append(e)
-                mail[st + 1].put(job)
-
-    threads = [threading.Thread(target=stage_thread, args=(st,), name=f"dvasim-profile-{st}", daemon=True)
-               for st in range(n)]
+    pipe = _ServingPipeline(setup, max(bss), sls)
+    threads = [threading.Thread(target=pipe.stage_thread, args=(st,), name=f"dvasim-profile-{st}", daemon=True)
+               for st in range(pipe.n)]
     prev = torch.get_num_threads()
     for t in threads:
         t.start()
@@ -183,26 +156,9 @@ def serving_stage_table(cfg: dict, path: Path, repeats: int = 15, gap_ms: float 
     try:
         for bs in bss:
             for L in sls:
-                length = 1 if L is None else L
-                g = torch.Generator().manual_seed(bs * 1000 + length)
-                x = model.example_input(bs, L, generator=g) if L is not None else model.example_input(bs, generator=g)
-                with torch.inference_mode():
-                    bufs.write(0, 0, 0, range(bs), x, length)
-                for tm in times:
-                    tm.clear()
-                for _ in range(warmup + repeats):
-                    time.sleep(gap_ms / 1000.0)
-                    mail[0].put((bs, length))
-                    mail[n].get()
-                    if errors:
-                        raise errors[0]
-                for st in range(n):
-                    row = {"stage": st, "batch_size": bs, "latency_ms": float(np.median(times[st][warmup:]))}
-                    if L is not None:
-                        row["seq_len"] = L
-                    rows_out.append(row)
+                rows_out += pipe.time_point(bs, L, warmup, repeats, gap_ms)
     finally:
-        mail[0].put(None)
+        pipe.mail[0].put(None)
         for t in threads:
             t.join()
         torch.set_num_threads(prev)
@@ -218,6 +174,72 @@ def serving_stage_table(cfg: dict, path: Path, repeats: int = 15, gap_ms: float 
     })
     table.save(path)
     return path
+
+
+class _ServingPipeline:
+    """The replay's stage modules as :func:`serving_stage_table` times them: one thread per stage
+    (:meth:`stage_thread`), each woken through its queue by the stage before, reading its input from and writing
+    its output to the replay's own buffers, and timing its module call."""
+
+    def __init__(self, setup, max_bs: int, sls: list):
+        import queue
+
+        from dvasim.model.stages.buffers import BufferSet
+
+        self.setup, self.model, self.n = setup, setup.model, len(setup.stages)
+        self.bufs = BufferSet(self.model, list(setup.resolved.bounds), 1, 1, max_bs,
+                              max_len=1 if sls == [None] else max(sls))
+        self.mail = [queue.SimpleQueue() for _ in range(self.n + 1)]
+        self.times: list[list[float]] = [[] for _ in range(self.n)]
+        self.errors: list = []
+
+    def stage_thread(self, st: int) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        mod = self.setup.stages[st]
+        with torch.inference_mode():
+            while True:
+                job = self.mail[st].get()
+                if job is None:
+                    self.mail[st + 1].put(None)
+                    return
+                bs, length = job
+                try:
+                    carry = self.bufs.read(0, st, 0, range(bs), length)
+                    t0 = time.perf_counter()
+                    out = mod(carry)
+                    self.times[st].append((time.perf_counter() - t0) * 1000.0)
+                    self.bufs.write(0, st + 1, 0, range(bs), out, length)
+                except BaseException as e:  # surface in the caller
+                    self.errors.append(e)
+                self.mail[st + 1].put(job)
+
+    def time_point(self, bs: int, L: int | None, warmup: int, repeats: int, gap_ms: float) -> list[dict]:
+        """``warmup + repeats`` rounds through the pipeline at batch size ``bs`` (and length ``L``), ``gap_ms``
+        apart: one row per stage with the median of the timed rounds."""
+        import torch
+
+        length = 1 if L is None else L
+        g = torch.Generator().manual_seed(bs * 1000 + length)
+        x = self.model.example_input(bs, L, generator=g) if L is not None else self.model.example_input(bs, generator=g)
+        with torch.inference_mode():
+            self.bufs.write(0, 0, 0, range(bs), x, length)
+        for tm in self.times:
+            tm.clear()
+        for _ in range(warmup + repeats):
+            time.sleep(gap_ms / 1000.0)
+            self.mail[0].put((bs, length))
+            self.mail[self.n].get()
+            if self.errors:
+                raise self.errors[0]
+        rows = []
+        for st in range(self.n):
+            row = {"stage": st, "batch_size": bs, "latency_ms": float(np.median(self.times[st][warmup:]))}
+            if L is not None:
+                row["seq_len"] = L
+            rows.append(row)
+        return rows
 
 
 def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]:
@@ -244,33 +266,9 @@ def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]
     from dvasim.engines.replay.engine import admission_delays, overhead_stats
     from dvasim.fitting.fit import admission_quantiles
 
-    rows = []
     all_ex = [e for r in runs for e in r.extra["replay"].executions]
     all_q = [q for r in runs for q in r.extra["replay"].queries]
-    for r in runs:
-        ex = r.extra["replay"].executions
-        if not ex:
-            continue
-        b = np.array([e["begin_ms"] for e in ex])
-        e_ = np.array([e["end_ms"] for e in ex])
-        for i, e in enumerate(ex):
-            # the module's own span: the copies are around it, take them off proportionally at both ends
-            lo, hi = b[i], e_[i]
-            others = np.nonzero((b < hi) & (e_ > lo))[0]
-            cuts = sorted({lo, hi, *[t for k in others for t in (b[k], e_[k]) if lo < t < hi]})
-            alone = shared = 0.0
-            for t0, t1 in zip(cuts, cuts[1:]):
-                mid = (t0 + t1) / 2
-                n = int(((b <= mid) & (e_ > mid)).sum())
-                if n <= 1:
-                    alone += t1 - t0
-                else:
-                    shared += (t1 - t0) * min(1.0, cores / n)
-            copy = e["copy_ms"] if math.isfinite(e["copy_ms"]) else 0.0
-            span = hi - lo
-            scale = max(span - copy, 1e-9) / span if span > 0 else 1.0
-            rows.append((e["table_ms"], (span - copy), alone * scale, shared * scale,
-                         (span - alone) / span if span > 0 else 0.0, e["stage"] * 10_000 + e["batch_size"]))
+    rows = [row for r in runs for row in _execution_shares(r.extra["replay"].executions, cores)]
     late = admission_delays(all_q)
     st = overhead_stats(all_ex, all_q)
     copy = st.get("copy_ms_mean", 0.0)
@@ -283,7 +281,44 @@ def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]
     if not rows:
         out["corun_slowdown"] = 1.0
         return out
-    t = np.array(rows)
+    out.update(_jitter_and_corun_slowdown(np.array(rows), min_overlap))
+    return out
+
+
+def _execution_shares(ex: list[dict], cores: int) -> list[tuple]:
+    """Per execution of one run: ``(table_ms, real module time, A, B, overlapped fraction, stage * 10000 + batch
+    size)``, the module's own span (the copies taken off proportionally at both ends) split into the time it ran
+    alone ``A`` and the overlapped time at its cores-model rate ``B = integral of min(1, cores / n) dt``."""
+    if not ex:
+        return []
+    rows = []
+    b = np.array([e["begin_ms"] for e in ex])
+    e_ = np.array([e["end_ms"] for e in ex])
+    for i, e in enumerate(ex):
+        # the module's own span: the copies are around it, take them off proportionally at both ends
+        lo, hi = b[i], e_[i]
+        others = np.nonzero((b < hi) & (e_ > lo))[0]
+        cuts = sorted({lo, hi, *[t for k in others for t in (b[k], e_[k]) if lo < t < hi]})
+        alone = shared = 0.0
+        for t0, t1 in zip(cuts, cuts[1:]):
+            mid = (t0 + t1) / 2
+            n = int(((b <= mid) & (e_ > mid)).sum())
+            if n <= 1:
+                alone += t1 - t0
+            else:
+                shared += (t1 - t0) * min(1.0, cores / n)
+        copy = e["copy_ms"] if math.isfinite(e["copy_ms"]) else 0.0
+        span = hi - lo
+        scale = max(span - copy, 1e-9) / span if span > 0 else 1.0
+        rows.append((e["table_ms"], (span - copy), alone * scale, shared * scale,
+                     (span - alone) / span if span > 0 else 0.0, e["stage"] * 10_000 + e["batch_size"]))
+    return rows
+
+
+def _jitter_and_corun_slowdown(t: np.ndarray, min_overlap: float) -> dict[str, Any]:
+    """From the executions' shares (:func:`_execution_shares`): ``service_cv``, ``alone_ratio`` ``a`` and
+    ``corun_slowdown`` ``s = sum(B) / sum(a * table - A)`` over the executions overlapped for at least
+    ``min_overlap`` of their time (at least 1; ``corun_slowdown_raw`` unbounded), with the counts."""
     table, real, A, B, frac, group = t.T
     solo = frac < 0.05
     a = float(np.median(real[solo] / table[solo])) if solo.sum() >= 10 else 1.0
@@ -294,7 +329,7 @@ def fit_engine(runs, cores: int = 2, min_overlap: float = 0.5) -> dict[str, Any]
         if len(r) >= 5:
             rel.extend(r / np.median(r))
     rel = np.array(rel)
-    out["service_cv"] = float(rel.std() / rel.mean()) if len(rel) >= 10 else 0.0
+    out: dict[str, Any] = {"service_cv": float(rel.std() / rel.mean()) if len(rel) >= 10 else 0.0}
     sel = frac >= min_overlap
     denom = float((a * table[sel] - A[sel]).sum())
     s = float(B[sel].sum() / denom) if sel.sum() >= 10 and denom > 0 else math.nan
@@ -322,7 +357,7 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
     ``alone_ratio_per_repeat`` says how fast the stages that ran alone really were against the table (the
     drift left)."""
     from dvasim.api import run, write_outputs
-    from dvasim.engines.replay.engine import replay, write_executions
+    from dvasim.engines.replay.engine import write_executions
 
     cfg = cfgmod.resolve(config, overrides)
     forced = None
@@ -344,18 +379,7 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
     def _replay_once(k: int) -> None:
         """Replay k, deciding with the table the last simulation used; keep the least disturbed attempt."""
         tab = sims[-1].config["model"].get("table") if table != "shipped" else None
-        best = None
-        for _attempt in range(1 + (retries if max_foreign is not None else 0)):
-            if max_foreign is not None:
-                wait_quiet(max_foreign, max_wait=max_wait_s, probe=1.0)
-            mon = CpuMonitor()
-            r = replay(cfg, device=device, threads=threads, warmup=warmup, table=tab)
-            f = mon.foreign_cores()
-            if best is None or (f is not None and best[1] is not None and f < best[1]):
-                best = (r, f)
-            if max_foreign is None or f is None or f <= max_foreign:
-                break
-        r, f = best
+        r, f = _least_disturbed_replay(cfg, tab, device, threads, warmup, max_foreign, retries, max_wait_s)
         r.summary["foreign_cores"] = f
         d = write_outputs(r, out / f"replay_{k}", figure=False)
         write_executions(r, d)
@@ -366,23 +390,10 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
     load_before = _loadavg()
     t0 = time.perf_counter()
     per_repeat = table in ("fresh", "serving")
-    maker = fresh_stage_table if table == "fresh" else serving_stage_table
     sims, reals, foreign, drift = [], [], [], []
     for k in range(repeats if per_repeat else 1):
-        sim_cfg = cfg
-        if per_repeat:
-            if max_foreign is not None:
-                wait_quiet(max_foreign, max_wait=max_wait_s, probe=1.0)
-            path = (maker(cfg, out / f"stage_table_{k}.csv") if device == "cpu"
-                    else gpu_stage_table(cfg, out / f"stage_table_{k}.csv"))
-            sim_cfg = {**cfg, "model": {"table": str(path)}}
-            if device == "cuda":
-                from dvasim.engines.replay.engine import modules_for
-                from dvasim.model.profiling.profiler import launch_path
-
-                sim_cfg["engine"] = {**cfg["engine"], "host": {
-                    **cfg["engine"].get("host", {}), "launch_table": str(launch_path(path)),
-                    "modules": modules_for(cfg["replay"]["modules"], "cuda")}}
+        sim_cfg = _per_repeat_config(cfg, out / f"stage_table_{k}.csv", table, device, max_foreign,
+                                     max_wait_s) if per_repeat else cfg
         sim = run(sim_cfg, progress=False)
         write_outputs(sim, out / (f"sim_{k}" if per_repeat else "sim"), figure=False)
         sims.append(sim)
@@ -391,6 +402,62 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
     for k in range(0 if per_repeat else repeats):
         _replay_once(k)
     load_after = _loadavg()
+    fid = _fidelity_report(config, cfg, sims, reals, foreign, drift, forced=forced, table=table, repeats=repeats,
+                           device=device, per_repeat=per_repeat, loadavg=(load_before, load_after), t0=t0)
+    (out / "fidelity.json").write_text(json.dumps(fid, indent=2, default=_jd) + "\n")
+    if figure:
+        import pandas as pd
+
+        overlay_figure(pd.concat([x.queries for x in sims]), [r.queries for r in reals], out / "fidelity.png",
+                       title=f"{fid['policy']} on {fid['model']}: simulated vs real ({repeats} runs)")
+    return fid
+
+
+def _least_disturbed_replay(cfg: dict, tab, device: str, threads: int, warmup: int, max_foreign: float | None,
+                            retries: int, max_wait_s: float):
+    """Replay ``cfg`` (deciding with the table ``tab``, ``None``: its own); with ``max_foreign`` set, on a quiet
+    machine where one comes within ``max_wait_s``, again while others used more than ``max_foreign`` cores (up to
+    ``retries`` times). Returns (the least disturbed replay, the cores others used meanwhile)."""
+    from dvasim.engines.replay.engine import replay
+
+    best = None
+    for _attempt in range(1 + (retries if max_foreign is not None else 0)):
+        if max_foreign is not None:
+            wait_quiet(max_foreign, max_wait=max_wait_s, probe=1.0)
+        mon = CpuMonitor()
+        r = replay(cfg, device=device, threads=threads, warmup=warmup, table=tab)
+        f = mon.foreign_cores()
+        if best is None or (f is not None and best[1] is not None and f < best[1]):
+            best = (r, f)
+        if max_foreign is None or f is None or f <= max_foreign:
+            break
+    return best
+
+
+def _per_repeat_config(cfg: dict, path: Path, table: str, device: str, max_foreign: float | None,
+                       max_wait_s: float) -> dict:
+    """The config one repeat simulates: the stage table profiled now at ``path`` (``fresh``: the profiler's hot
+    loop, ``serving``: as the replay runs them; on a GPU: :func:`gpu_stage_table`, and its launch costs as the
+    host model)."""
+    maker = fresh_stage_table if table == "fresh" else serving_stage_table
+    if max_foreign is not None:
+        wait_quiet(max_foreign, max_wait=max_wait_s, probe=1.0)
+    path = maker(cfg, path) if device == "cpu" else gpu_stage_table(cfg, path)
+    sim_cfg = {**cfg, "model": {"table": str(path)}}
+    if device == "cuda":
+        from dvasim.engines.replay.engine import modules_for
+        from dvasim.model.profiling.profiler import launch_path
+
+        sim_cfg["engine"] = {**cfg["engine"], "host": {
+            **cfg["engine"].get("host", {}), "launch_table": str(launch_path(path)),
+            "modules": modules_for(cfg["replay"]["modules"], "cuda")}}
+    return sim_cfg
+
+
+def _fidelity_report(config, cfg: dict, sims: list, reals: list, foreign: list, drift: list, *, forced, table: str,
+                     repeats: int, device: str, per_repeat: bool, loadavg: tuple, t0: float) -> dict:
+    """The content of ``fidelity.json``: the simulated against the real metrics (:func:`fidelity_table`) and
+    what they were measured with."""
     fid = {
         "config": str(config) if isinstance(config, (str, Path)) else None,
         "model": sims[0].summary.get("model"), "policy": sims[0].summary.get("policy"),
@@ -409,17 +476,11 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
         "n_completed": {"sim": sims[0].summary["n_completed"], "real": [r.summary["n_completed"] for r in reals]},
         "mean_exit_batch_size": {"sim": float(np.mean([x.summary.get("mean_exit_batch_size") for x in sims])),
                                  "real": [r.summary.get("mean_exit_batch_size") for r in reals]},
-        "loadavg_before": load_before, "loadavg_after": load_after,
+        "loadavg_before": loadavg[0], "loadavg_after": loadavg[1],
         "foreign_cores": foreign,  # CPU used by other processes during each replay (cores)
         "wall_s": time.perf_counter() - t0,
     }
     fid["within_targets"] = all(v["within"] for v in fid["metrics"].values() if "within" in v)
-    (out / "fidelity.json").write_text(json.dumps(fid, indent=2, default=_jd) + "\n")
-    if figure:
-        import pandas as pd
-
-        overlay_figure(pd.concat([x.queries for x in sims]), [r.queries for r in reals], out / "fidelity.png",
-                       title=f"{fid['policy']} on {fid['model']}: simulated vs real ({repeats} runs)")
     return fid
 
 

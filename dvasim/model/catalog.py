@@ -22,18 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from dvasim.errors import ConfigError
+from dvasim.schema import Key, Section
 
 DEVICES = ("titanrtx", "a100", "h100", "cpu")
 MODEL_NAMES = ("bert_base", "bert_large", "resnet152", "vgg19", "unet", "linknet")
-KEYS = {
-    "table": "path of a per-stage latency table CSV (instead of name/device/stages)",
-    "name": f"a model of the zoo: {', '.join(MODEL_NAMES)}",
-    "device": f"whose latencies: {', '.join(DEVICES)}",
-    "stages": "number of stages, cut time-evenly (1 .. number of operators)",
-    "cuts": "operator indices where stages begin (instead of stages)",
-    "ratios": "fractions of the total time at which to cut (instead of stages)",
-    "slice_batch_size": "batch size whose operator times decide the slicing (default 1)",
-}
+MODEL = Section("model", "the model served: a latency table, or a model of the zoo cut into stages", (
+    Key("table", "path", "a per-stage latency table CSV (stage,batch_size,latency_ms[,seq_len]), instead of "
+        "name/device/stages"),
+    Key("name", "choice", "a model of the zoo", choices=MODEL_NAMES),
+    Key("device", "choice", "whose latencies", default="titanrtx", choices=DEVICES),
+    Key("stages", "int", "number of stages, cut time-evenly (1 .. the model's operators)", default=4, minimum=1),
+    Key("cuts", "ints", "operator indices where stages begin (instead of stages)", minimum=0),
+    Key("ratios", "numbers", "fractions of the total time at which to cut (instead of stages)"),
+    Key("slice_batch_size", "int", "batch size whose operator times decide the slicing", default=1, minimum=1),
+))
+KEYS = {k.name: k.help for k in MODEL.keys}
 
 
 def traces_root() -> Path:
@@ -72,9 +75,7 @@ def resolve_model(model_cfg: dict[str, Any]) -> ResolvedModel:
     """Build the per-stage table a ``[model]`` section asks for."""
     from dvasim.model.table import LatencyTable
 
-    for key in model_cfg:
-        if key not in KEYS:
-            raise ConfigError(f"model.{key}", f"unknown key; allowed: {', '.join(sorted(KEYS))}")
+    MODEL.check(model_cfg)  # unknown keys, types and ranges
     if "table" in model_cfg:
         extra = sorted(set(model_cfg) - {"table"})
         if extra:
@@ -118,15 +119,5 @@ def resolve_model(model_cfg: dict[str, Any]) -> ResolvedModel:
         raise ConfigError("model.slice_batch_size", f"must be an integer batch size in 1..{op_table.max_batch_size} "
                                                     f"(the operator table's), got {sbs!r}")
     table = stage_table(op_table, at_batch_size=sbs, name=f"{name}_{device}", **kwargs)
-    bounds = parse_cuts(table.provenance.get("slicing", ""))
+    bounds = list(table.cuts) if table.cuts is not None else None
     return ResolvedModel(table, name, device, "small" if device == "cpu" else "full", bounds, op_table)
-
-
-def parse_cuts(slicing: str) -> list[int] | None:
-    """The ``cuts=[...]`` of a ``# slicing:`` provenance line: the first operator of each stage (None if absent)."""
-    import re
-
-    m = re.search(r"cuts=\[([0-9, ]*)\]", slicing)
-    if not m:
-        return None
-    return [int(x) for x in m.group(1).split(",") if x.strip()]

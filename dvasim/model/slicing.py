@@ -327,6 +327,7 @@ def stage_table(
     src_name = getattr(op_table, "name", None)
     prov["slicing"] = format_slicing(method, bounds, bal, at)
     prov["stages"] = str(len(bounds))
+    prov["cuts"] = ",".join(str(int(b)) for b in bounds)  # the bounds as data: LatencyTable.cuts
     prov["source"] = f"sum of per-operator latencies{f' from {src_name}' if src_name else ''}"
     if name is None:
         name = f"{src_name}_{len(bounds)}st" if src_name else f"{len(bounds)}-stage"

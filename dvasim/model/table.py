@@ -110,6 +110,121 @@ def _is_intlike(x: Any) -> bool:
     return False
 
 
+def _check_columns(df: pd.DataFrame, fail) -> bool:
+    """The table's columns (lower-cased already): the required ones, no unknown or repeated one, and some rows;
+    returns whether it has ``seq_len``."""
+    cols = list(df.columns)
+    allowed = _REQUIRED + _OPTIONAL
+    missing = [c for c in _REQUIRED if c not in cols]
+    if missing:
+        raise fail(f"missing column(s) {', '.join(missing)}; required columns are stage,batch_size,latency_ms (optional seq_len), found {','.join(cols)}")
+    unknown = [c for c in cols if c not in allowed]
+    if unknown:
+        raise fail(f"unknown column(s) {', '.join(unknown)}; allowed columns are stage,batch_size,latency_ms,seq_len")
+    dupcols = sorted({c for c in cols if cols.count(c) > 1})
+    if dupcols:
+        raise fail(f"column(s) {', '.join(dupcols)} appear more than once; give each column once")
+    if len(df) == 0:
+        raise fail("has no data rows; give at least one row per stage and batch size")
+    return "seq_len" in cols
+
+
+def _numeric_columns(df: pd.DataFrame, keys: list[str], fail) -> dict[str, np.ndarray]:
+    """The key columns and ``latency_ms`` as float arrays: every cell a finite number, the keys integers at or
+    above their lowest value (stage 0, batch size and length 1), the latencies > 0."""
+    num: dict[str, np.ndarray] = {}
+    for c in keys + ["latency_ms"]:
+        raw = df[c]
+        if pd.api.types.is_bool_dtype(raw):
+            vals = pd.Series(np.nan, index=raw.index)
+        elif pd.api.types.is_numeric_dtype(raw):
+            vals = raw
+        else:
+            vals = pd.to_numeric(raw.astype(str).str.strip(), errors="coerce")
+        arr = vals.to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.flatnonzero(~np.isfinite(arr))
+        if bad.size:
+            r = int(bad[0])
+            raise fail(f"column {c} has a non-numeric or missing value {str(raw.iloc[r])!r} in data row {r + 1}; every cell must be a finite number")
+        num[c] = arr
+    for c in keys:
+        arr = num[c]
+        bad = np.flatnonzero(arr != np.round(arr))
+        if bad.size:
+            r = int(bad[0])
+            raise fail(f"column {c} must hold integers, got {arr[r]!r} in data row {r + 1}")
+    lows = {"stage": 0, "batch_size": 1, "seq_len": 1}
+    for c in keys:
+        bad = np.flatnonzero(num[c] < lows[c])
+        if bad.size:
+            r = int(bad[0])
+            raise fail(f"column {c} must be >= {lows[c]}, got {num[c][r]:g} in data row {r + 1}")
+    lat = num["latency_ms"]
+    bad = np.flatnonzero(lat <= 0)
+    if bad.size:
+        r = int(bad[0])
+        raise fail(f"latency_ms must be > 0, got {lat[r]!r} in data row {r + 1}")
+    return num
+
+
+def _grid_array(num: dict[str, np.ndarray], has_seq: bool, fail) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The latencies as ``lat[stage, i_batch, i_seq]`` with the batch-size and length grids (a length grid of
+    one 1 without ``seq_len``): no duplicate point, stages 0..N-1, every stage on the full grid."""
+    stage = num["stage"].astype(np.int64)
+    bs = num["batch_size"].astype(np.int64)
+    sl = num["seq_len"].astype(np.int64) if has_seq else np.ones_like(bs)
+    lat = num["latency_ms"]
+    tidy = pd.DataFrame({"stage": stage, "batch_size": bs, "seq_len": sl, "latency_ms": lat})
+    dup = tidy.duplicated(subset=["stage", "batch_size", "seq_len"], keep="first")
+    if dup.any():
+        r = int(np.flatnonzero(dup.to_numpy())[0])
+        what = f"stage {stage[r]}, batch_size {bs[r]}" + (f", seq_len {sl[r]}" if has_seq else "")
+        raise fail(f"duplicate row for {what} (data row {r + 1}); give each point once")
+
+    stages = np.unique(stage)
+    n_stages = len(stages)
+    if not np.array_equal(stages, np.arange(n_stages)):
+        raise fail(f"stages must be contiguous integers 0..N-1, found {stages.tolist()}")
+    b_grid = np.unique(bs)
+    l_grid = np.unique(sl)
+    per_stage = tidy.groupby("stage")
+    for s, g in per_stage:
+        pts_b = np.unique(g["batch_size"].to_numpy())
+        pts_l = np.unique(g["seq_len"].to_numpy())
+        if (
+            len(g) != len(b_grid) * len(l_grid)
+            or not np.array_equal(pts_b, b_grid)
+            or not np.array_equal(pts_l, l_grid)
+        ):
+            grid = f"{len(b_grid)} batch sizes" + (f" x {len(l_grid)} seq_lens" if has_seq else "")
+            raise fail(
+                f"ragged grid: stage {s} has {len(g)} points but the table's grid is {grid} "
+                f"({len(b_grid) * len(l_grid)} points); every stage needs every "
+                + ("(batch_size, seq_len) combination" if has_seq else "batch size")
+            )
+
+    arr = np.empty((n_stages, len(b_grid), len(l_grid)), dtype=np.float64)
+    bi = np.searchsorted(b_grid, bs)
+    li = np.searchsorted(l_grid, sl)
+    arr[stage, bi, li] = lat
+    return arr, b_grid, l_grid
+
+
+def _cuts(text: str | None, n_stages: int, name: str) -> tuple[int, ...] | None:
+    """A table's cut bounds (its ``# cuts:`` line: the first operator of each stage, comma-separated, as
+    :func:`dvasim.model.slicing.stage_table` and ``dvasim profile`` write it); None when the table has none."""
+    if text is None or not text.strip():
+        return None
+    try:
+        cuts = tuple(int(x) for x in text.replace("[", "").replace("]", "").split(","))
+    except ValueError:
+        cuts = ()
+    if len(cuts) != n_stages or cuts[0] != 0 or any(b <= a for a, b in zip(cuts, cuts[1:])):
+        raise TableError("cuts", f"table {name!r}: its cuts line must give {n_stages} increasing operator indices from 0 "
+                         f"(the first operator of each stage), got {text!r}")
+    return cuts
+
+
 class LatencyTable:
     """Per-stage latencies (ms) on a grid of batch sizes (and optionally sequence lengths)."""
 
@@ -119,6 +234,7 @@ class LatencyTable:
     max_batch_size: int
     provenance: dict[str, str]
     name: str
+    cuts: tuple[int, ...] | None  # the first operator of each stage, where the table was cut from a model's operators
 
     # ------------------------------------------------------------------ construction
     def __init__(
@@ -142,6 +258,7 @@ class LatencyTable:
         prov = {str(k).strip().lower(): str(v) for k, v in (provenance or {}).items()}
         prov.setdefault("source", "unspecified")
         self.provenance = prov
+        self.cuts = _cuts(prov.get("cuts"), self.n_stages, self.name)
         # plain-Python copies for fast scalar lookups
         self._b_list = [int(b) for b in self.batch_sizes]
         self._l_list = None if self.seq_lens is None else [int(s) for s in self.seq_lens]
@@ -197,92 +314,10 @@ class LatencyTable:
 
         df = df.copy()
         df.columns = [str(c).strip().lower() for c in df.columns]
-        cols = list(df.columns)
-        allowed = _REQUIRED + _OPTIONAL
-        missing = [c for c in _REQUIRED if c not in cols]
-        if missing:
-            raise fail(f"missing column(s) {', '.join(missing)}; required columns are stage,batch_size,latency_ms (optional seq_len), found {','.join(cols)}")
-        unknown = [c for c in cols if c not in allowed]
-        if unknown:
-            raise fail(f"unknown column(s) {', '.join(unknown)}; allowed columns are stage,batch_size,latency_ms,seq_len")
-        dupcols = sorted({c for c in cols if cols.count(c) > 1})
-        if dupcols:
-            raise fail(f"column(s) {', '.join(dupcols)} appear more than once; give each column once")
-        if len(df) == 0:
-            raise fail("has no data rows; give at least one row per stage and batch size")
-        has_seq = "seq_len" in cols
+        has_seq = _check_columns(df, fail)
         keys = ["stage", "batch_size"] + (["seq_len"] if has_seq else [])
-
-        num: dict[str, np.ndarray] = {}
-        for c in keys + ["latency_ms"]:
-            raw = df[c]
-            if pd.api.types.is_bool_dtype(raw):
-                vals = pd.Series(np.nan, index=raw.index)
-            elif pd.api.types.is_numeric_dtype(raw):
-                vals = raw
-            else:
-                vals = pd.to_numeric(raw.astype(str).str.strip(), errors="coerce")
-            arr = vals.to_numpy(dtype=np.float64, na_value=np.nan)
-            bad = np.flatnonzero(~np.isfinite(arr))
-            if bad.size:
-                r = int(bad[0])
-                raise fail(f"column {c} has a non-numeric or missing value {str(raw.iloc[r])!r} in data row {r + 1}; every cell must be a finite number")
-            num[c] = arr
-        for c in keys:
-            arr = num[c]
-            bad = np.flatnonzero(arr != np.round(arr))
-            if bad.size:
-                r = int(bad[0])
-                raise fail(f"column {c} must hold integers, got {arr[r]!r} in data row {r + 1}")
-        lows = {"stage": 0, "batch_size": 1, "seq_len": 1}
-        for c in keys:
-            bad = np.flatnonzero(num[c] < lows[c])
-            if bad.size:
-                r = int(bad[0])
-                raise fail(f"column {c} must be >= {lows[c]}, got {num[c][r]:g} in data row {r + 1}")
-        lat = num["latency_ms"]
-        bad = np.flatnonzero(lat <= 0)
-        if bad.size:
-            r = int(bad[0])
-            raise fail(f"latency_ms must be > 0, got {lat[r]!r} in data row {r + 1}")
-
-        stage = num["stage"].astype(np.int64)
-        bs = num["batch_size"].astype(np.int64)
-        sl = num["seq_len"].astype(np.int64) if has_seq else np.ones_like(bs)
-        tidy = pd.DataFrame({"stage": stage, "batch_size": bs, "seq_len": sl, "latency_ms": lat})
-        dup = tidy.duplicated(subset=["stage", "batch_size", "seq_len"], keep="first")
-        if dup.any():
-            r = int(np.flatnonzero(dup.to_numpy())[0])
-            what = f"stage {stage[r]}, batch_size {bs[r]}" + (f", seq_len {sl[r]}" if has_seq else "")
-            raise fail(f"duplicate row for {what} (data row {r + 1}); give each point once")
-
-        stages = np.unique(stage)
-        n_stages = len(stages)
-        if not np.array_equal(stages, np.arange(n_stages)):
-            raise fail(f"stages must be contiguous integers 0..N-1, found {stages.tolist()}")
-        b_grid = np.unique(bs)
-        l_grid = np.unique(sl)
-        per_stage = tidy.groupby("stage")
-        for s, g in per_stage:
-            pts_b = np.unique(g["batch_size"].to_numpy())
-            pts_l = np.unique(g["seq_len"].to_numpy())
-            if (
-                len(g) != len(b_grid) * len(l_grid)
-                or not np.array_equal(pts_b, b_grid)
-                or not np.array_equal(pts_l, l_grid)
-            ):
-                grid = f"{len(b_grid)} batch sizes" + (f" x {len(l_grid)} seq_lens" if has_seq else "")
-                raise fail(
-                    f"ragged grid: stage {s} has {len(g)} points but the table's grid is {grid} "
-                    f"({len(b_grid) * len(l_grid)} points); every stage needs every "
-                    + ("(batch_size, seq_len) combination" if has_seq else "batch size")
-                )
-
-        arr = np.empty((n_stages, len(b_grid), len(l_grid)), dtype=np.float64)
-        bi = np.searchsorted(b_grid, bs)
-        li = np.searchsorted(l_grid, sl)
-        arr[stage, bi, li] = lat
-
+        num = _numeric_columns(df, keys, fail)
+        arr, b_grid, l_grid = _grid_array(num, has_seq, fail)
         for k in list(prov):
             if not _KEY_RE.match(str(k).strip()):
                 raise fail(f"provenance key {k!r} is invalid; keys must be non-empty single-line text without ':' or '#'")

@@ -31,17 +31,18 @@ of its own size. Parameters:
 E-Ebird (``e-ebird``, paper §7.3, Algorithm 2). Offline phase: for every ``TotalBS`` in ``total_bs`` (default
 ``(4, 8, 16, 32)``, §7.3.2) every combination ``[i, j, k, l, m, n]`` of workers of sizes ``1, 2, 4, 8, 16, 32``
 with ``TotalBS = i + 2j + 4k + 8l + 16m + 32n`` (Equation 6) is "profiled": all its workers start together, each on
-one batch of its size through the whole model, on the simulator's own device-sharing model (the ``fluid`` model of
-:mod:`dvasim.engines.sim.device`, run by a small SimPy simulation of exactly that co-run: **our offline profiler**, in place
-of the paper's GPU measurements), and the combination with the lowest *average* latency of its workers (the
-paper's measure, §7.3.1) is kept (ties: fewer workers, then larger ones). The engine is built to satisfy every
-kept configuration (per batch size, the most workers any kept configuration uses) plus one worker of size 1 and
-one of size 2 kept by default for the lowest load (§7.3.2). Online: ``MemState`` is the number of ready inputs
-``N``; ``CurConf`` is the kept configuration of the largest ``TotalBS <= N`` (below the smallest ``TotalBS``: the
-default workers ``{1, 2}``); the idle queue holds, per batch size, as many idle workers as ``CurConf`` allows beyond
-those of that size still busy; then Algorithm 1 runs on that queue. The offline search is cached per (latency
-table, ``total_bs``). Parameters: ``total_bs`` and ``max_inf`` (as N-Ebird; ``TotalBS`` levels above ``max_inf``
-are not profiled: the engine never holds more than ``max_inf`` alive anyway).
+one batch of its size through the whole model, by the co-run profiler of the engine that runs the policy (a
+:class:`CoRunProfiler`, handed to the policy by the pipeline; see "The offline profile" below), and the combination
+with the lowest *average* latency of its workers (the paper's measure, §7.3.1) is kept (ties: fewer workers, then
+larger ones). The engine is built to satisfy every kept configuration (per batch size, the most workers any kept
+configuration uses) plus one worker of size 1 and one of size 2 kept by default for the lowest load (§7.3.2).
+Online: ``MemState`` is the number of ready inputs ``N``; ``CurConf`` is the kept configuration of the largest
+``TotalBS <= N`` (below the smallest ``TotalBS``: the default workers ``{1, 2}``); the idle queue holds, per batch
+size, as many idle workers as ``CurConf`` allows beyond those of that size still busy; then Algorithm 1 runs on
+that queue. The offline search is cached per (latency table, ``total_bs``, length, profiler) where the profiler's
+answers are computed (the simulator's), never where they are measured (the replay's). Parameters: ``total_bs`` and
+``max_inf`` (as N-Ebird; ``TotalBS`` levels above ``max_inf`` are not profiled: the engine never holds more than
+``max_inf`` alive anyway).
 
 Assumptions where the paper is silent (all ours, documented here): the MaxInf rule above; ``CurConf`` by the
 largest ``TotalBS`` not above ``N`` (the paper says only "MemState ... the total number of pending requests"; the
@@ -49,30 +50,41 @@ smallest ``TotalBS`` at or above ``N`` would let an engine of one worker of 8 wa
 configuration limits the workers *busy* per batch size, so a worker busy under a previous configuration finishes
 its batch; the engine satisfying Table 4's configurations takes the maximum count per size (the paper's own
 Table 4 lists an engine with fewer size-4 workers than its TotalBS = 16 configuration, so it cannot be read
-literally); profiled combinations use sizes up to 32 (Equation 6) and the table's largest batch size; the profile
-runs with the ``fluid`` sharing model whatever ``[engine] sharing`` the run uses. The paper's context-switch cost of
-many streams (its Fig. 7 beyond 64 streams, Fig. 12's slow many-small-worker cases) is not in the fluid model
-unless ``[engine] corun_slowdown`` > 1 is set for the run (the profile always uses 1).
+literally); profiled combinations use sizes up to 32 (Equation 6) and the table's largest batch size.
 
-The search's host costs: on a serving stack (:mod:`dvasim.server`) the engine charges every worker's batch more
-than its GPU time (the request's handling and the inputs' gathering and copy, the stage launches on the host's
-cores or under the interpreter lock, the synchronisation and the results' copy back, which hold the worker where
-the stack's batch thread idles the GPU between its batches). The pipeline hands the policy the run's resolved stack
-(``dvasim.run`` passes it: ``[server]`` overrides, an ``[engine.host]``'s custom host and the run's
-``[engine.transfer]`` included), and the offline profile charges each co-running worker through the very host
-model and per-batch costs the engine uses (:class:`WorkerCosts`). E-Ebird's ``stack`` parameter names another
-stack instead (under the memory pool, E2bird's design). Without a stack (a pipeline built without one: the
-replay's) the profile is the GPU alone.
+The offline profile runs where the policy runs: the engine supplies the profiler and the pipeline hands it over
+(``Pipeline(..., corun=...)``, passed on as ``instances_needed(..., corun=...)``); an E-Ebird pipeline built without
+one is refused (a ConfigError), never profiled on something else.
+
+* **The simulator** (:mod:`dvasim.engines.sim.corun`, built by ``dvasim.run``): a small SimPy simulation of exactly
+  that co-run on the simulator's own device-sharing model, the ``fluid`` model of
+  :mod:`dvasim.engines.sim.device` whatever ``[engine] sharing`` the run uses (**our offline profiler**, in place of
+  the paper's GPU measurements). The paper's context-switch cost of many streams (its Fig. 7 beyond 64 streams,
+  Fig. 12's slow many-small-worker cases) is not in the fluid model unless ``[engine] corun_slowdown`` > 1 is set
+  for the run (the profile always uses 1). Its host costs: on a serving stack (:mod:`dvasim.server`) the engine
+  charges every worker's batch more than its GPU time (the request's handling and the inputs' gathering and copy,
+  the stage launches on the host's cores or under the interpreter lock, the synchronisation and the results' copy
+  back, which hold the worker where the stack's batch thread idles the GPU between its batches); the profile
+  charges each co-running worker through the very host model and per-batch costs the engine uses
+  (:class:`dvasim.engines.sim.corun.WorkerCosts`) of the run's resolved stack (``[server]`` overrides, an
+  ``[engine.host]``'s custom host and the run's ``[engine.transfer]`` included), or of the stack E-Ebird's
+  ``stack`` parameter names (under the memory pool, E2bird's design; the simulator's profiler resolves the name).
+  Without a stack that adds costs the profile is the GPU alone.
+* **The replay** (:mod:`dvasim.engines.replay.corun`, built by ``prepare``): measured on the real stage modules the
+  replay runs (CUDA graphs captured for the profile's own workers where the replay runs graphs): one whole-model
+  pass per worker on synthetic inputs, all started together (a thread each; on a GPU each on its own CUDA stream),
+  a warm-up then a few timed repetitions, the mean of the workers' latencies; cached per combination. The
+  ``stack`` parameter does not apply there (the real host's costs are in the measurement).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, Protocol
 
-from dvasim.config import MAX_INSTANCES
+from dvasim.core.pipeline import MAX_INSTANCES
 from dvasim.errors import ConfigError
 from dvasim.policies.base import New, Policy, check_positive_int, register
 
@@ -82,6 +94,27 @@ SIZES = (1, 2, 4, 8, 16, 32)  # Equation 6's worker sizes 2^0 .. 2^5
 DEFAULT_WORKERS = (1, 2)  # "two workers of size 1 and size 2 are kept by default" (§7.3.2)
 MAX_WORKERS = MAX_INSTANCES  # one instance per worker
 MAX_TOTAL_BS = 64  # E-Ebird's offline search: 1,827 combinations at 64 (0.6 s), 25,509 at 128 (19 s)
+
+
+class CoRunProfiler(Protocol):
+    """E-Ebird's offline profiler, supplied by the engine that runs the policy (the pipeline hands it over as
+    ``instances_needed(..., corun=...)``): the simulator's runs the co-run on its device model
+    (:class:`dvasim.engines.sim.corun.SimCoRun`), the replay's measures it on the real stages
+    (:class:`dvasim.engines.replay.corun.ReplayCoRun`)."""
+
+    def average_ms(self, batch_sizes: tuple[int, ...], seq_len: int | None) -> float:
+        """The average latency (ms) of workers of ``batch_sizes`` that start together, each running one batch of
+        its size through the whole model (inputs of length ``seq_len``; None for models without one)."""
+        ...
+
+    def cache_key(self) -> Hashable | None:
+        """Beside the table's times the search reads, what decides the answers (the search is cached per table,
+        loads, length and this key); None: the answers are measured, never reuse a search."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Entries for the policy's resolved config (what the profile ran on)."""
+        ...
 
 
 def _typical_len(profile, input_lengths) -> int | None:
@@ -129,11 +162,13 @@ class _Ebird(Policy):
     def engine_workers(self, profile, qos_target_ms, input_lengths) -> list[int]:
         raise NotImplementedError
 
-    def instances_needed(self, profile, qos_target_ms=None, input_lengths=None, served=None) -> int:
+    def instances_needed(self, profile, qos_target_ms=None, input_lengths=None, served=None, corun=None) -> int:
         """Workers (one instance each) for this run; ``served``: the run's resolved serving stack (the pipeline's
-        :class:`dvasim.server.resolve.StackRun`), whose costs E-Ebird's offline search charges unless its own
-        ``stack`` parameter names another."""
+        :class:`dvasim.server.resolve.StackRun`, plain data); ``corun``: the engine's :class:`CoRunProfiler`,
+        which E-Ebird's offline search asks (the simulator's charges the served stack's costs unless E-Ebird's
+        ``stack`` parameter names another)."""
         self.served = served
+        self.corun = corun
         self.sizes = self.engine_workers(profile, qos_target_ms, input_lengths)
         return len(self.sizes)
 
@@ -240,168 +275,66 @@ def combinations(total: int, sizes=SIZES) -> list[tuple[int, ...]]:
     return out
 
 
-@dataclass(frozen=True)
-class WorkerCosts:
-    """What the run's serving stack charges each worker's batch beside its GPU time, for the offline profile: the
-    very host model and per-batch costs the engine charges (:func:`dvasim.engines.sim.engine.simulate`), so that the search
-    and the engine cannot drift apart:
-
-    * every stage: the Python-level work ``host.locked(s, b)`` under the interpreter lock, then its launch
-      ``host.launch(s, b)`` on the host's cores while the GPU runs it (under the lock where ``host.locks_launch``:
-      eager launching), the stage ending when both are done;
-    * at the first stage, with per-batch costs: the batch's entry (``batch.entry_host_ms``) and its copy
-      (``batch.h2d_ms``) on the one host-to-device link, before the GPU starts where the stack's batch thread idles
-      the GPU between its batches, else beside the GPU's work;
-    * after the last stage: ``batch.exit_ms(b)`` (synchronisation, results' copy back);
-    * the stack's co-run penalty ``corun_per_worker`` on the device.
-    """
-
-    stack: str
-    host: Any  # a dvasim.server.host.HostModel
-    batch: Any = None  # a dvasim.server.costs.BatchCosts, or None (a custom host: launches only)
-    corun_per_worker: float = 0.0
-    operators: tuple[int, ...] = ()
-    operators_source: str = ""
-
-    @classmethod
-    def of_run(cls, run) -> WorkerCosts | None:
-        """The costs of a :class:`dvasim.server.resolve.StackRun` (None where it adds nothing: the GPU alone)."""
-        if run is None or run.host is None:
-            return None
-        return cls(run.label, run.host, run.batch, run.corun_per_worker, tuple(run.operators or ()),
-                   run.operators_source)
-
-    def key(self) -> tuple:
-        import json
-
-        return (self.stack, json.dumps(self.host.describe(), sort_keys=True, default=str), self.batch,
-                self.corun_per_worker)
-
-
-def worker_costs(stack_name: str, profile, field: str = "policy.stack") -> WorkerCosts | None:
-    """The :class:`WorkerCosts` of the stack named ``stack_name`` on ``profile`` under E2bird's memory pool (the
-    inputs are on the GPU before a batch forms), as a run on that table resolves it; None for a stack that adds
-    nothing (``gpu-only``, ``as-profiled``)."""
-    from dvasim.server.resolve import stack_run
-    from dvasim.server.transfer import Transfer
-
-    return WorkerCosts.of_run(stack_run(stack_name, profile, Transfer(mode="pool"), field))
-
-
-def corun_average_ms(profile, batch_sizes, seq_len: int | None = None, costs: WorkerCosts | None = None) -> float:
-    """The offline profiler: the average latency of workers of ``batch_sizes`` that start together, each running
-    one batch of its size through the whole model, on the simulator's fluid device-sharing model (a small SimPy
-    run of :class:`dvasim.engines.sim.device.Device`), with ``costs`` (a stack's :class:`WorkerCosts`) charged to every
-    worker as the engine charges them."""
-    import simpy
-
-    from dvasim.engines.sim.device import Device
-
-    env = simpy.Environment()
-    dev = Device(env, "fluid", corun_per_worker=0.0 if costs is None else costs.corun_per_worker)
-    ends: list[float] = []
-    n = profile.n_stages
-    if costs is not None:
-        host, batch = costs.host, costs.batch
-        cores = Device(env, "cores", 1.0, host.cores)
-        lock = Device(env, "cores", 1.0, 1)  # one interpreter lock
-        spare = host.cores >= n * len(batch_sizes)  # as the engine: no launch waits for a core
-        link = [-math.inf]  # the one host-to-device link, one copy at a time
-
-    def entry(b: int):
-        pre = batch.entry_host_ms(b, seq_len)
-        if pre > 0:
-            yield lock.run(pre) if batch.python_level else env.timeout(pre)
-        h2d = batch.h2d_ms(b, seq_len)
-        if h2d > 0:
-            link[0] = max(env.now, link[0]) + h2d
-            yield env.timeout(link[0] - env.now)
-
-    def worker(b: int):
-        for s in range(n):
-            first = costs is not None and batch is not None and s == 0
-            locked = host.locked(s, b) if costs is not None else 0.0
-            if locked > 0:
-                yield lock.run(locked)
-            if first and batch.idle_between_batches:  # before the GPU starts
-                yield from entry(b)
-            gpu = dev.run(profile.latency(s, b, seq_len), profile.demand(s, b, seq_len))
-            if first and not batch.idle_between_batches:  # asynchronous copies: beside the GPU's work
-                yield from entry(b)
-            if costs is not None:
-                launch = host.launch(s, b, seq_len)
-                if launch > 0:
-                    if host.locks_launch:
-                        yield lock.run(launch)
-                    elif spare:
-                        yield env.timeout(launch)
-                    else:
-                        yield cores.run(launch)
-            yield gpu
-        if costs is not None and batch is not None:
-            post = batch.exit_ms(b)
-            if post > 0:
-                yield env.timeout(post)
-        ends.append(env.now)
-
-    for b in batch_sizes:
-        env.process(worker(b))
-    env.run()
-    return sum(ends) / len(ends)
-
-
 _OFFLINE: dict[tuple, dict[int, tuple[int, ...]]] = {}
 
 
-def offline_search(profile, total_bs, seq_len: int | None = None,
-                   costs: WorkerCosts | None = None) -> dict[int, tuple[int, ...]]:
+def _best_combination(corun: CoRunProfiler, total: int, sizes: tuple[int, ...],
+                      seq_len: int | None) -> tuple[int, ...]:
+    """The counts (per size of ``sizes``) of the combination of TotalBS ``total`` with the lowest average co-run
+    latency; ties: fewer workers, then larger workers first."""
+    scored = []
+    for counts in combinations(total, sizes):
+        bs = tuple(s for s, c in zip(sizes, counts) for _ in range(c))
+        avg = corun.average_ms(bs, seq_len)
+        scored.append((avg, len(bs), tuple(-b for b in sorted(bs, reverse=True)), counts))
+    return min(scored)[3]
+
+
+def offline_search(profile, total_bs, corun: CoRunProfiler, seq_len: int | None = None) -> dict[int, tuple[int, ...]]:
     """E-Ebird's offline phase: for each TotalBS the counts (per size of :data:`SIZES`) of the combination with the
-    lowest average co-run latency, each worker charged ``costs`` (a stack's, or None: the GPU alone). Cached per
-    (table, total_bs, length, costs)."""
+    lowest average co-run latency, as the engine's profiler ``corun`` gives it (:class:`CoRunProfiler`). Sizes
+    up to the table's largest batch size. Cached per (table, total_bs, length, ``corun.cache_key()``) where that
+    key is not None."""
     top = min(int(profile.max_batch_size), SIZES[-1])
     sizes = tuple(s for s in SIZES if s <= top)
-    sig = tuple((profile.latency(s, b, seq_len), profile.demand(s, b, seq_len))
-                for s in range(profile.n_stages) for b in sizes)
-    key = (sig, tuple(total_bs), seq_len, None if costs is None else costs.key())
-    if key in _OFFLINE:
-        return _OFFLINE[key]
-    best: dict[int, tuple[int, ...]] = {}
-    for total in total_bs:
-        scored = []
-        for counts in combinations(total, sizes):
-            bs = [s for s, c in zip(sizes, counts) for _ in range(c)]
-            avg = corun_average_ms(profile, bs, seq_len, costs)
-            # ties: fewer workers, then larger workers first
-            scored.append((avg, len(bs), tuple(-b for b in sorted(bs, reverse=True)), counts))
-        counts = min(scored)[3]
-        best[total] = tuple(counts) + (0,) * (len(SIZES) - len(sizes))
-    _OFFLINE[key] = best
+    ck = corun.cache_key()
+    key = None
+    if ck is not None:
+        sig = tuple((profile.latency(s, b, seq_len), profile.demand(s, b, seq_len))
+                    for s in range(profile.n_stages) for b in sizes)
+        key = (sig, tuple(total_bs), seq_len, ck)
+        if key in _OFFLINE:
+            return _OFFLINE[key]
+    best = {total: tuple(_best_combination(corun, total, sizes, seq_len)) + (0,) * (len(SIZES) - len(sizes))
+            for total in total_bs}
+    if key is not None:
+        _OFFLINE[key] = best
     return best
 
 
 @register
 class EEbird(_Ebird):
     """E2bird's E-Ebird (TPDS'21 §7.3, Algorithm 2): N-Ebird's dispatch on the engine configuration profiled best
-    (offline, on the simulator's device model) for the current number of ready inputs. See
-    :mod:`dvasim.policies.e2bird`."""
+    (offline, by the engine's co-run profiler: the simulator's device model, or the replay's real stages) for the
+    current number of ready inputs. See :mod:`dvasim.policies.e2bird`."""
+
+    needs_corun = True  # the engine must hand the pipeline a CoRunProfiler (Pipeline(..., corun=...))
 
     name = "e-ebird"
     params = {
         "total_bs": "the loads (TotalBS) profiled offline (paper: [4, 8, 16, 32])",
         "max_inf": "MaxInf: most inferences alive at once [largest b with 2 T(b) <= qos.target_ms]",
-        "stack": "the serving stack whose per-batch host costs the offline search charges every worker (default: "
-                 "the run's own stack, as the pipeline names it; none, the GPU alone, where it names none)",
+        "stack": "the serving stack whose per-batch host costs the simulator's offline search charges every "
+                 "worker (default: the run's own stack, as the pipeline names it; none, the GPU alone, where it "
+                 "names none; the replay measures the real stages instead)",
     }
 
     def __init__(self, total_bs=None, max_inf=None, stack=None):
         super().__init__(max_inf)
-        if stack is not None:
-            from dvasim.server.stacks import STACKS
-
-            if not isinstance(stack, str) or stack not in STACKS:
-                raise ConfigError("policy.stack", f"unknown stack {stack!r}; allowed: {', '.join(STACKS)}")
+        if stack is not None and not isinstance(stack, str):  # the engine's profiler resolves the name
+            raise ConfigError("policy.stack", f"must be a serving stack's name, got {stack!r}")
         self.stack = stack
-        self.search_costs: WorkerCosts | None = None
+        self.corun: CoRunProfiler | None = None
         levels = list(PAPER_TOTAL_BS) if total_bs is None else _check_sizes("policy.total_bs", total_bs)
         if len(set(levels)) != len(levels):
             raise ConfigError("policy.total_bs", f"must not repeat a value, got {levels!r}")
@@ -420,9 +353,11 @@ class EEbird(_Ebird):
             cap = self.max_inf
         top = int(profile.max_batch_size)
         self._levels = [t for t in self.total_bs if t <= cap]
-        self.search_costs = (worker_costs(self.stack, profile) if self.stack is not None
-                             else WorkerCosts.of_run(getattr(self, "served", None)))
-        self.engine_confs = offline_search(profile, self._levels, L, self.search_costs)
+        if self.corun is None:
+            raise ConfigError("policy", f"{self.name}'s offline search needs a co-run profiler, which the engine "
+                                        "running it must supply: build the Pipeline with corun=... (dvasim.run "
+                                        "and the replay do)")
+        self.engine_confs = offline_search(profile, self._levels, self.corun, L)
         need: Counter = Counter({s: 1 for s in DEFAULT_WORKERS if s <= top})
         for counts in self.engine_confs.values():
             for s, c in zip(SIZES, counts):
@@ -461,11 +396,6 @@ class EEbird(_Ebird):
     def describe(self) -> dict[str, Any]:
         d = super().describe()
         d["engine_confs"] = {str(t): list(c) for t, c in self.engine_confs.items()}
-        if self.search_costs is not None:
-            c = self.search_costs
-            d["search_costs"] = {"stack": c.stack, "launch_ms": list(c.host.launch_ms), "cores": c.host.cores,
-                                 "operators": list(c.operators), "operators_source": c.operators_source}
-            if c.batch is not None:
-                d["search_costs"].update(request_ms=c.batch.request_ms, sync_ms=c.batch.sync_ms,
-                                         idle_between_batches=c.batch.idle_between_batches)
+        if self.corun is not None:  # what the profile ran on (the simulator: the stack's costs it charged)
+            d.update(self.corun.describe())
         return d

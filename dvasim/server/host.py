@@ -45,36 +45,35 @@ from pathlib import Path
 from typing import Any
 
 from dvasim.errors import ConfigError
+from dvasim.schema import Key, Section, find_file
 
 MODULE_KINDS = ("eager", "torchscript", "cudagraph", "tensorrt", "tensorflow")
 LAW_KEYS = ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms")
 
-HOST_KEYS = {
-    "modules": "module kind whose launch costs apply: eager (launches hold the interpreter lock), torchscript, cudagraph",
-    "cores": "host cores that launch stages (launches beyond that share them)",
-    "launch_table": "a launch-cost table (modules,stage,batch_size,seq_len,launch_ms) from dvasim profile --device cuda",
-    "launch_ms": "per-stage host launch cost at batch 0 (a number for every stage, or a list, ms)",
-    "launch_per_row_ms": "per-stage growth of the launch cost per batch row (number or list, ms)",
-    "launch_fixed_ms": "the launch law (any slicing): host cost of every stage launch (ms)",
-    "launch_per_op_ms": "the launch law: host cost per operator of the launched stage (ms)",
-    "launch_model_per_row_ms": "the launch law: a whole model's launch growth per batch row, shared by the stages "
-                               "in proportion to their operators (ms)",
-    "first_launch_ms": "more (or, negative, less) launch cost of the first stage than its operators imply (ms; "
-                       "the model's input side: any slicing has a first stage)",
-    "last_launch_ms": "more (or less) launch cost of the last stage than its operators imply (ms; the output side)",
-    "first_copy_ms": "more copy cost of the first stage's launch: the batch's inputs brought in (ms, under the lock)",
-    "first_copy_per_row_ms": "more copy cost of the first stage per batch row (ms, under the lock)",
-    "launch_scale": "factor on every launch cost (a host faster or slower than the profiled one)",
-    "copy_ms": "per-stage buffer-copy cost of a launch at batch 0 (number or list, ms; holds the interpreter lock)",
-    "copy_per_row_ms": "per-stage growth of the copy cost per batch row (number or list, ms)",
-    "python_ms": "Python-level cost of every launch that holds the interpreter lock (ms)",
-    "gpu_table": "a per-stage table of GPU time (CUDA graph replays, dvasim profile --device cuda) for the device "
-                 "model; the policy still decides with [model]'s table",
-    "stall_prob": "probability that a launch stalls (the host thread descheduled, a re-specialising TorchScript call)",
-    "stall_ms": "quantiles (evenly spaced levels 0..1) of a stall's extra host time, ms",
-    "stall_cluster_prob": "probability that a launch stalls within stall_window_ms after another stall began (bursts)",
-    "stall_window_ms": "how long after a stall the host stays disturbed (ms)",
-}
+HOST = Section("engine.host", "the host of a GPU run: launch costs, launching cores, the interpreter lock, stalls", (
+    Key("modules", "choice", 'module kind whose launch costs apply: eager (launches hold the interpreter lock), torchscript, cudagraph', default="torchscript", choices=MODULE_KINDS),
+    Key("cores", "number", 'host cores that launch stages (launches beyond that share them)', default=16.0, minimum=1),
+    Key("launch_table", "path", 'a launch-cost table (modules,stage,batch_size,seq_len,launch_ms) from dvasim profile --device cuda'),
+    Key("launch_ms", "per_stage", 'per-stage host launch cost at batch 0 (a number for every stage, or a list, ms)', minimum=0),
+    Key("launch_per_row_ms", "per_stage", 'per-stage growth of the launch cost per batch row (number or list, ms)', minimum=0),
+    Key("launch_fixed_ms", "number", 'the launch law (any slicing): host cost of every stage launch (ms)', minimum=0),
+    Key("launch_per_op_ms", "number", 'the launch law: host cost per operator of the launched stage (ms)', minimum=0),
+    Key("launch_model_per_row_ms", "number", "the launch law: a whole model's launch growth per batch row, shared by the stages in proportion to their operators (ms)", minimum=0),
+    Key("first_launch_ms", "number", "more (or, negative, less) launch cost of the first stage than its operators imply (ms; the model's input side: any slicing has a first stage)"),
+    Key("last_launch_ms", "number", 'more (or less) launch cost of the last stage than its operators imply (ms; the output side)'),
+    Key("first_copy_ms", "number", "more copy cost of the first stage's launch: the batch's inputs brought in (ms, under the lock)"),
+    Key("first_copy_per_row_ms", "number", 'more copy cost of the first stage per batch row (ms, under the lock)'),
+    Key("launch_scale", "number", 'factor on every launch cost (a host faster or slower than the profiled one)', default=1.0, minimum=0, strict=True),
+    Key("copy_ms", "per_stage", 'per-stage buffer-copy cost of a launch at batch 0 (number or list, ms; holds the interpreter lock)', minimum=0),
+    Key("copy_per_row_ms", "per_stage", 'per-stage growth of the copy cost per batch row (number or list, ms)', minimum=0),
+    Key("python_ms", "number", 'Python-level cost of every launch that holds the interpreter lock (ms)', default=0.0, minimum=0),
+    Key("gpu_table", "path", "a per-stage table of GPU time (CUDA graph replays, dvasim profile --device cuda) for the device model; the policy still decides with [model]'s table"),
+    Key("stall_prob", "number", 'probability that a launch stalls (the host thread descheduled, a re-specialising TorchScript call)', default=0.0, minimum=0, maximum=1),
+    Key("stall_ms", "numbers", "quantiles (evenly spaced levels 0..1) of a stall's extra host time, ms", default=[], minimum=0),
+    Key("stall_cluster_prob", "number", 'probability that a launch stalls within stall_window_ms after another stall began (bursts)', minimum=0, maximum=1),
+    Key("stall_window_ms", "number", 'how long after a stall the host stays disturbed (ms)', default=50.0, minimum=0),
+))
+HOST_KEYS = {k.name: k.help for k in HOST.keys}
 
 
 class LaunchTable:
@@ -228,29 +227,12 @@ class HostModel:
 def _per_stage(d: dict, key: str, n: int, default: float = 0.0) -> list[float]:
     v = d.get(key, default)
     vals = v if isinstance(v, list) else [v] * n
-    if len(vals) != n or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                                 and x >= 0 for x in vals):
+    if len(vals) != n:
         raise ConfigError(f"engine.host.{key}", f"must be a number >= 0 or a list of {n} (one per stage), got {v!r}")
     return [float(x) for x in vals]
 
 
 BOUNDARY_KEYS = ("first_launch_ms", "last_launch_ms", "first_copy_ms", "first_copy_per_row_ms")
-
-
-def _signed(d: dict, key: str) -> float:
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ConfigError(f"engine.host.{key}", f"must be a finite number (ms), got {v!r}")
-    return float(v)
-
-
-def _num(d: dict, key: str, default: float, lo: float, what: str, strict: bool = False,
-         top: float = math.inf) -> float:
-    v = d.get(key, default)
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v <= top
-    if not ok or v < lo or (strict and v <= lo):
-        raise ConfigError(f"engine.host.{key}", f"must be {what}, got {v!r}")
-    return float(v)
 
 
 def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None,
@@ -260,73 +242,96 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None,
     The launch cost is a law that fits any slicing (``launch_fixed_ms + launch_per_op_ms * ops[s]`` per launch,
     plus ``launch_model_per_row_ms * ops[s] / sum(ops)`` per row, ``ops`` = ``operators``, the operators in each
     stage), or per-stage lists ``launch_ms`` / ``launch_per_row_ms`` that fit only the stage count they were
-    written for, or a launch table."""
+    written for, or a launch table. Types and ranges are :data:`HOST`'s; what ties keys together is checked here."""
     if not d:
         return None
     if not isinstance(d, dict):
         raise ConfigError("engine.host", "must be a table of keys, e.g. [engine.host] launch_ms = 0.5")
-    from dvasim.schema import check_keys
-
-    check_keys("engine.host", d, HOST_KEYS)
-    modules = d.get("modules", "torchscript")
-    if modules not in MODULE_KINDS:
-        raise ConfigError("engine.host.modules", f"must be one of {', '.join(MODULE_KINDS)}, got {modules!r}")
-    cores = _num(d, "cores", 16, 1.0, "a number >= 1 (effective launching cores)")
-    scale = _num(d, "launch_scale", 1.0, 0.0, "a number > 0", strict=True)
-    py = _num(d, "python_ms", 0.0, 0.0, "a number >= 0")
-    sp = _num(d, "stall_prob", 0.0, 0.0, "a probability in [0, 1]", top=1.0)
-    stall = d.get("stall_ms", [])
-    if not isinstance(stall, list) or (sp > 0 and len(stall) < 2) or not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in stall) \
-            or any(b < a for a, b in zip(stall, stall[1:])):
-        raise ConfigError("engine.host.stall_ms", "must be a list of >= 2 non-decreasing quantiles >= 0 (ms) when "
-                                                  "stall_prob > 0, e.g. [3.0, 5.5, 20.0]")
-    scp = None if d.get("stall_cluster_prob") is None else _num(d, "stall_cluster_prob", 0.0, 0.0,
-                                                                 "a probability in [0, 1]", top=1.0)
-    sw = _num(d, "stall_window_ms", 50.0, 0.0, "a number >= 0 (ms)")
-    if scp and len(stall) < 2:
-        raise ConfigError("engine.host.stall_ms", "give the stalls' quantiles (>= 2) with stall_cluster_prob")
-    gpu_table = None
-    if "gpu_table" in d:
-        from dvasim.model.table import LatencyTable
-        from dvasim.schema import find_file
-
-        gp = find_file(d["gpu_table"], base_dir, "engine.host.gpu_table")
-        gpu_table = LatencyTable.load(gp)
-        gpu_table.path = str(gp)
-        if gpu_table.n_stages != n_stages:
-            raise ConfigError("engine.host.gpu_table", f"{gp} has {gpu_table.n_stages} stages; the model has {n_stages}")
-    law = {k: _num(d, k, 0.0, 0.0, "a number >= 0 (ms)") for k in LAW_KEYS if k in d}
-    ops = None
-    if law:
-        clash = [k for k in ("launch_ms", "launch_per_row_ms", "launch_table") if k in d]
-        if clash:
-            raise ConfigError(f"engine.host.{clash[0]}", f"give either the launch law ({', '.join(LAW_KEYS)}) or "
-                                                         f"{clash[0]}, not both")
-        ops = [int(x) for x in operators] if operators is not None else [1] * n_stages
-        if len(ops) != n_stages or min(ops) < 1:
-            raise ConfigError("engine.host.launch_per_op_ms", f"needs {n_stages} operator counts >= 1, got {ops}")
-        total = sum(ops)
-        d = {k: v for k, v in d.items() if k not in LAW_KEYS}
-        d["launch_ms"] = [law.get("launch_fixed_ms", 0.0) + law.get("launch_per_op_ms", 0.0) * o for o in ops]
-        d["launch_per_row_ms"] = [law.get("launch_model_per_row_ms", 0.0) * o / total for o in ops]
-    table = None
-    if "launch_table" in d:
-        if "launch_ms" in d or "launch_per_row_ms" in d:
-            raise ConfigError("engine.host.launch_table", "give either launch_table or launch_ms, not both")
-        from dvasim.schema import find_file
-
-        table = LaunchTable.load(find_file(d["launch_table"], base_dir, "engine.host.launch_table"))
-        if modules not in table.kinds():
-            raise ConfigError("engine.host.modules", f"{modules!r} has no launch costs in {table.path} "
-                                                     f"(it has {', '.join(sorted(table.kinds()))})")
-        if table.n_stages(modules) != n_stages:
-            raise ConfigError("engine.host.launch_table", f"{table.path} has {table.n_stages(modules)} stages for "
-                                                          f"{modules}; the model has {n_stages}")
+    d = HOST.check(d)
+    get = {k.name: d.get(k.name, k.default) for k in HOST.keys if k.has_default}
+    stall = _stalls(d, get)
+    gpu_table = _gpu_table(d, n_stages, base_dir)
+    d, law, ops = _launch_law(d, n_stages, operators)
+    table = _launch_table(d, get["modules"], n_stages, base_dir)
     launch_ms = _per_stage(d, "launch_ms", n_stages)
     copy_ms, copy_per_row = _per_stage(d, "copy_ms", n_stages), _per_stage(d, "copy_per_row_ms", n_stages)
-    # the boundaries of the model (any slicing has a first and a last stage): the inputs' side and the outputs'
-    edges = {k: _signed(d, k) for k in BOUNDARY_KEYS if k in d}
+    edges = _boundaries(d, table, launch_ms, copy_ms, copy_per_row, n_stages)
+    if edges:
+        law = {**law, **edges}
+    return HostModel(
+        n_stages=n_stages, modules=get["modules"], cores=float(get["cores"]),
+        launch_ms=launch_ms, launch_per_row_ms=_per_stage(d, "launch_per_row_ms", n_stages),
+        launch_scale=float(get["launch_scale"]), copy_ms=copy_ms,
+        copy_per_row_ms=copy_per_row, python_ms=float(get["python_ms"]), table=table,
+        stall_prob=float(get["stall_prob"]), stall_ms=stall, gpu_table=gpu_table,
+        stall_cluster_prob=d.get("stall_cluster_prob"), stall_window_ms=float(get["stall_window_ms"]), law=law,
+        operators=ops if law else None,
+    )
+
+
+def _stalls(d: dict, get: dict) -> list[float]:
+    """The stalls' quantiles, which a stall probability (or a cluster probability) needs."""
+    stall = d.get("stall_ms", [])
+    if (get["stall_prob"] > 0 and len(stall) < 2) or any(b < a for a, b in zip(stall, stall[1:])):
+        raise ConfigError("engine.host.stall_ms", "must be a list of >= 2 non-decreasing quantiles >= 0 (ms) when "
+                                                  "stall_prob > 0, e.g. [3.0, 5.5, 20.0]")
+    if d.get("stall_cluster_prob") and len(stall) < 2:
+        raise ConfigError("engine.host.stall_ms", "give the stalls' quantiles (>= 2) with stall_cluster_prob")
+    return [float(x) for x in stall]
+
+
+def _gpu_table(d: dict, n_stages: int, base_dir: str | None):
+    if "gpu_table" not in d:
+        return None
+    from dvasim.model.table import LatencyTable
+
+    gp = find_file(d["gpu_table"], base_dir, "engine.host.gpu_table")
+    gpu_table = LatencyTable.load(gp)
+    gpu_table.path = str(gp)
+    if gpu_table.n_stages != n_stages:
+        raise ConfigError("engine.host.gpu_table", f"{gp} has {gpu_table.n_stages} stages; the model has {n_stages}")
+    return gpu_table
+
+
+def _launch_law(d: dict, n_stages: int, operators) -> tuple[dict, dict, list[int] | None]:
+    """The launch law, when given, turned into per-stage ``launch_ms`` / ``launch_per_row_ms`` over the stages'
+    operators: (the table with them in place of the law's keys, the law, the operator counts)."""
+    law = {k: d[k] for k in LAW_KEYS if k in d}
+    if not law:
+        return d, law, None
+    clash = [k for k in ("launch_ms", "launch_per_row_ms", "launch_table") if k in d]
+    if clash:
+        raise ConfigError(f"engine.host.{clash[0]}", f"give either the launch law ({', '.join(LAW_KEYS)}) or "
+                                                     f"{clash[0]}, not both")
+    ops = [int(x) for x in operators] if operators is not None else [1] * n_stages
+    if len(ops) != n_stages or min(ops) < 1:
+        raise ConfigError("engine.host.launch_per_op_ms", f"needs {n_stages} operator counts >= 1, got {ops}")
+    total = sum(ops)
+    d = {k: v for k, v in d.items() if k not in LAW_KEYS}
+    d["launch_ms"] = [law.get("launch_fixed_ms", 0.0) + law.get("launch_per_op_ms", 0.0) * o for o in ops]
+    d["launch_per_row_ms"] = [law.get("launch_model_per_row_ms", 0.0) * o / total for o in ops]
+    return d, law, ops
+
+
+def _launch_table(d: dict, modules: str, n_stages: int, base_dir: str | None):
+    if "launch_table" not in d:
+        return None
+    if "launch_ms" in d or "launch_per_row_ms" in d:
+        raise ConfigError("engine.host.launch_table", "give either launch_table or launch_ms, not both")
+    table = LaunchTable.load(find_file(d["launch_table"], base_dir, "engine.host.launch_table"))
+    if modules not in table.kinds():
+        raise ConfigError("engine.host.modules", f"{modules!r} has no launch costs in {table.path} "
+                                                 f"(it has {', '.join(sorted(table.kinds()))})")
+    if table.n_stages(modules) != n_stages:
+        raise ConfigError("engine.host.launch_table", f"{table.path} has {table.n_stages(modules)} stages for "
+                                                      f"{modules}; the model has {n_stages}")
+    return table
+
+
+def _boundaries(d: dict, table, launch_ms: list, copy_ms: list, copy_per_row: list, n_stages: int) -> dict:
+    """The model's two ends (any slicing has a first and a last stage): the inputs' side and the outputs', added
+    to the first and last stages' costs in place."""
+    edges = {k: d[k] for k in BOUNDARY_KEYS if k in d}
     if table is not None and ("first_launch_ms" in edges or "last_launch_ms" in edges):
         raise ConfigError("engine.host.first_launch_ms", "a launch table gives every stage's launch; drop "
                                                          "first_launch_ms / last_launch_ms")
@@ -337,13 +342,4 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None,
             if lst[s_] < 0:
                 raise ConfigError(f"engine.host.{key}", f"leaves stage {s_} a negative cost ({lst[s_]:.4f} ms); "
                                                         "it may lower a stage's cost at most to 0")
-    if edges:
-        law = {**law, **edges}
-    return HostModel(
-        n_stages=n_stages, modules=modules, cores=cores,
-        launch_ms=launch_ms, launch_per_row_ms=_per_stage(d, "launch_per_row_ms", n_stages),
-        launch_scale=scale, copy_ms=copy_ms,
-        copy_per_row_ms=copy_per_row, python_ms=py, table=table,
-        stall_prob=sp, stall_ms=[float(x) for x in stall], gpu_table=gpu_table,
-        stall_cluster_prob=scp, stall_window_ms=sw, law=law, operators=ops if law else None,
-    )
+    return edges

@@ -21,16 +21,34 @@ refused under such a stack, rather than launching one operator a stage.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from dvasim.errors import ConfigError
+from dvasim.schema import Key, Section
 from dvasim.server.costs import BatchCosts, model_io
 from dvasim.server.stacks import BOOL_FIELDS, FIELD_HELP, MODULE_KINDS, STACKS, ServingStack
 
-SERVER_KEYS = {"stack": "the serving stack: " + ", ".join(STACKS) + " (default: the one the table's source implies)",
-               **FIELD_HELP}
+
+def _field_key(name: str, help_: str) -> Key:
+    """The [server] key that overrides the stack's number ``name`` (its help, type and range)."""
+    if name in BOOL_FIELDS:
+        return Key(name, "bool", help_)
+    if name == "modules":
+        return Key(name, "choice", help_, choices=MODULE_KINDS)
+    if name.endswith("_gbps"):
+        return Key(name, "number", help_ + " (GB/s; inf = free)", minimum=0, strict=True, allow_inf=True)
+    if name == "host_cores":
+        return Key(name, "number", help_, minimum=1)
+    return Key(name, "number", help_, minimum=0)
+
+
+SERVER = Section("server", "the serving stack around the GPU (dvasim stacks); its other keys override the stack's "
+                           "numbers", (
+    Key("stack", "choice", "the serving stack (default: the one the table's source implies)", choices=tuple(STACKS)),
+    *(_field_key(k, h) for k, h in FIELD_HELP.items()),
+))
+SERVER_KEYS = {k.name: k.help for k in SERVER.keys}
 
 # the device of a named model's table -> the stack its source implies, and why
 DEVICE_STACKS = {
@@ -85,35 +103,7 @@ def check_server(section: Any) -> dict[str, Any]:
         return {}
     if not isinstance(section, dict):
         raise ConfigError("server", 'must be a table of keys, e.g. [server] stack = "triton-tensorrt"')
-    out: dict[str, Any] = {}
-    for key, v in section.items():
-        if key not in SERVER_KEYS:
-            raise ConfigError(f"server.{key}", f"unknown key; allowed: {', '.join(sorted(SERVER_KEYS))}")
-        if key == "stack":
-            stack_by_name(v)
-            out[key] = v
-        elif key in BOOL_FIELDS:
-            if not isinstance(v, bool):
-                raise ConfigError(f"server.{key}", f"must be true or false, got {v!r}")
-            out[key] = v
-        elif key == "modules":
-            if v not in MODULE_KINDS:
-                raise ConfigError("server.modules", f"must be one of {', '.join(MODULE_KINDS)}, got {v!r}")
-            out[key] = v
-        else:
-            ok = not isinstance(v, bool) and isinstance(v, (int, float)) and not math.isnan(v) and v >= 0
-            if key.endswith("_gbps"):
-                ok = ok and v > 0
-            elif key == "host_cores":
-                ok = ok and math.isfinite(v) and v >= 1
-            else:
-                ok = ok and math.isfinite(v)
-            if not ok:
-                what = ("a bandwidth > 0 in GB/s (inf = free)" if key.endswith("_gbps")
-                        else "a finite number >= 1" if key == "host_cores" else "a finite number >= 0")
-                raise ConfigError(f"server.{key}", f"must be {what}, got {v!r}")
-            out[key] = float(v)
-    return out
+    return SERVER.check(section)
 
 
 def implied_stack(model) -> tuple[str, str]:
@@ -133,9 +123,7 @@ def implied_stack(model) -> tuple[str, str]:
 def stage_operators(model) -> tuple[list[int], str]:
     """Operators in each stage: from a named model's cut bounds; from a table's provenance (``# operators:`` with
     one count per stage, or the model's total -- ``# operators:`` as ``dvasim profile`` writes it, or the zoo
-    table's ``# op_names:`` -- with the cuts of its ``# slicing:`` line); else one per stage (said so)."""
-    from dvasim.model.catalog import parse_cuts
-
+    table's ``# op_names:`` -- with its cuts (``# cuts:``, :attr:`LatencyTable.cuts`)); else one per stage (said so)."""
     table = model.table
     n = table.n_stages
     bounds = getattr(model, "bounds", None)
@@ -153,13 +141,13 @@ def stage_operators(model) -> tuple[list[int], str]:
     except ValueError:
         ops = []
     where = "'# operators:'" if text else "'# op_names:'"
-    cuts = parse_cuts(prov.get("slicing", "")) or []
+    cuts = list(getattr(table, "cuts", None) or [])
     if len(ops) == 1 and len(cuts) == n and cuts[0] == 0 and ops[0] > cuts[-1]:
         ends = [*cuts[1:], ops[0]]
-        return [e - b for b, e in zip(cuts, ends)], f"the table's {where} total and '# slicing:' cuts"
+        return [e - b for b, e in zip(cuts, ends)], f"the table's {where} total and its cuts"
     if len(ops) != n or min(ops) < 1:
         raise ConfigError("model.table", f"its '# operators:' line must give {n} counts >= 1 (one per stage), or the "
-                                         f"model's total with a '# slicing: ... cuts=[...]' line; got {text!r}")
+                                         f"model's total with a '# cuts:' line; got {text!r}")
     return ops, f"the table's {where} line"
 
 

@@ -34,16 +34,20 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dvasim.errors import ConfigError
+from dvasim.schema import Key, Section
 
 MODES = ("none", "pool", "on_launch")
-KEYS = {
-    "mode": '"none" (no transfer modelled), "pool" (E2bird\'s memory pool) or "on_launch" (TF-Serving)',
-    "input_bytes": "bytes of one query's input",
-    "input_bytes_per_token": "more bytes per token of the query's length",
-    "bandwidth_gbps": "effective host-to-device bandwidth, GB/s",
-}
 IMAGE_BYTES = 3 * 224 * 224 * 4  # one 224x224 RGB image in float32
+TRANSFER = Section("engine.transfer", "host-to-GPU input copies (E2bird's memory pool, TF-Serving's copy at launch)", (
+    Key("mode", "choice", '"none" (no transfer modelled), "pool" (E2bird\'s memory pool) or "on_launch" (TF-Serving)',
+        default="none", choices=MODES),
+    Key("input_bytes", "number", "bytes of one query's input (default: a 3x224x224 float32 image)",
+        default=float(IMAGE_BYTES), minimum=0),
+    Key("input_bytes_per_token", "number", "more bytes per token of the query's length", default=0.0, minimum=0),
+    Key("bandwidth_gbps", "number", "effective host-to-device bandwidth, GB/s (12: PCIe 3.0 x16, pinned)",
+        default=12.0, minimum=0, strict=True),
+))
+KEYS = {k.name: k.help for k in TRANSFER.keys}
 
 
 @dataclass(frozen=True)
@@ -68,19 +72,10 @@ class Transfer:
 
 def transfer_from_config(section: Any) -> Transfer | None:
     """The :class:`Transfer` of an ``[engine.transfer]`` table, or None when absent or ``mode = "none"``."""
-    from dvasim.schema import check_keys, check_number
-
     if section is None:
         return None
-    if not isinstance(section, dict):
-        raise ConfigError("engine.transfer", 'must be a table of keys ([engine.transfer] mode = "pool", ...)')
-    check_keys("engine.transfer", section, KEYS)
-    mode = section.get("mode", "none")
-    if mode not in MODES:
-        raise ConfigError("engine.transfer.mode", f"must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}")
-    vals = {k: section[k] for k in ("input_bytes", "input_bytes_per_token", "bandwidth_gbps") if k in section}
-    for key in vals:
-        check_number(vals, "engine.transfer", key, minimum=0.0, strict=key == "bandwidth_gbps")
+    vals = TRANSFER.check(section)
+    mode = vals.pop("mode", "none")
     if mode == "none":
         return None
     return Transfer(mode=mode, **vals)

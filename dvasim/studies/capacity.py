@@ -68,8 +68,26 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
              progress=None, stack: str | None = None, engine=None) -> dict[str, Any]:
     """The capacity of ``config`` under the SLO (see the module docstring). ``progress``: a callable given each
     probe as it is decided. ``stack``: the serving stack by name; ``engine``: an engine file (``dvasim fit``)."""
-    from dvasim.api import load_profile, run
+    from dvasim.api import load_profile
 
+    _check_search(slo_ms, percentile, confidence, resolution, stack)
+    raw = _rate_config(config, overrides, engine)
+    cfg = cfgmod.resolve(raw)
+    profile = load_profile(cfg["model"])
+    bound = throughput_bound_qps(profile, cfg["engine"]["instances"])
+    lo = 1.0 if lo is None else float(lo)
+    hi = 2.0 * bound if hi is None else float(hi)
+    if not 0 < lo < hi:
+        raise ConfigError("--lo", f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}")
+    n0 = max(1000, min_queries_to_pass(percentile, confidence)) if min_queries is None else int(min_queries)
+    probe = Probe(raw, slo_ms, percentile, confidence, n0, max_queries, stack=stack, progress=progress)
+    cap, bracket, top_exceeded, note = bracket_and_bisect(probe, lo, hi, max_doublings, resolution)
+    return _result(cap, bracket, slo_ms, percentile, confidence, resolution, top_exceeded, probe.probes, bound,
+                   probe.ran_on, note=note)
+
+
+def _check_search(slo_ms, percentile, confidence, resolution, stack) -> None:
+    """The search's settings checked before any run: each bad one a :class:`ConfigError` naming its flag."""
     if isinstance(slo_ms, bool) or not isinstance(slo_ms, (int, float)) or not math.isfinite(slo_ms) or slo_ms <= 0:
         raise ConfigError("--slo-ms", f"must be a number > 0 (ms), got {slo_ms!r}")
     if not 0 < percentile < 100:
@@ -82,6 +100,11 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
         from dvasim.server.resolve import stack_by_name
 
         stack_by_name(stack, "--stack")
+
+
+def _rate_config(config, overrides, engine) -> dict[str, Any]:
+    """The raw config the probes vary: ``config`` (a file or a dict, copied) with the engine file merged and then
+    the overrides, as ``run(engine=)`` does; its workload must have an open-loop rate."""
     raw = cfgmod.load_toml(config) if not isinstance(config, dict) else copy.deepcopy(config)
     raw = cfgmod.apply_engine_file(raw, None if engine is None else str(engine))  # as run(engine=): before --set
     raw = cfgmod.apply_overrides(raw, overrides)
@@ -89,57 +112,71 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
     if wl.get("kind") not in RATE_KINDS:
         raise ConfigError("workload.kind", f"capacity needs an open-loop rate: kind = one of {', '.join(RATE_KINDS)}, "
                                            f"got {wl.get('kind')!r}")
-    cfg = cfgmod.resolve(raw)
-    profile = load_profile(cfg["model"])
-    bound = throughput_bound_qps(profile, cfg["engine"]["instances"])
-    lo = 1.0 if lo is None else float(lo)
-    hi = 2.0 * bound if hi is None else float(hi)
-    if not 0 < lo < hi:
-        raise ConfigError("--lo", f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}")
-    allowed = 1.0 - percentile / 100.0
-    n0 = max(1000, min_queries_to_pass(percentile, confidence)) if min_queries is None else int(min_queries)
-    seed0 = int(wl.get("seed", 0))
-    probes: list[dict[str, Any]] = []
-    ran_on: list[str] = []  # the stack the probes ran on (summary["stack"])
+    return raw
 
-    def probe(rate: float) -> bool:
-        n, attempt = n0, 0
+
+class Probe:
+    """The probes of one capacity search: calling it with an offered rate runs the config at that rate, with more
+    queries until the SLO's verdict is confident (module docstring), and returns whether the SLO holds. Every
+    decided probe is kept in ``probes`` (and given to ``progress``); ``ran_on`` holds the stack they ran on."""
+
+    def __init__(self, raw: dict[str, Any], slo_ms: float, percentile: float, confidence: float, n0: int,
+                 max_queries: int, *, stack: str | None = None, progress=None):
+        self.raw, self.slo_ms, self.percentile, self.confidence = raw, slo_ms, percentile, confidence
+        self.n0, self.max_queries, self.stack, self.progress = n0, max_queries, stack, progress
+        self.allowed = 1.0 - percentile / 100.0
+        self.seed0 = int(raw.get("workload", {}).get("seed", 0))
+        self.probes: list[dict[str, Any]] = []
+        self.ran_on: list[str] = []  # the stack the probes ran on (summary["stack"])
+
+    def __call__(self, rate: float) -> bool:
+        n, attempt = self.n0, 0
         while True:
-            trial = copy.deepcopy(raw)
-            trial["workload"].update(rate_qps=float(rate), n_queries=int(n), seed=seed0 + attempt)
-            trial.setdefault("engine", {})["progress"] = False
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", IncompleteRunWarning)
-                res = run(trial, progress=False, stack=stack)
-            if not ran_on:
-                ran_on.append(str(res.summary.get("stack")))
+            res = self._run(rate, n, attempt)
             lat = res.queries["latency_ms"].to_numpy()
-            slow = int(np.count_nonzero(~(lat <= slo_ms)))  # NaN (never finished) counts as slow
-            lower, upper = clopper_pearson(slow, n, confidence)
+            slow = int(np.count_nonzero(~(lat <= self.slo_ms)))  # NaN (never finished) counts as slow
+            lower, upper = clopper_pearson(slow, n, self.confidence)
             s = res.summary
             served = s["throughput_qps"] / s["offered_qps"] if s.get("offered_qps") else math.nan
             unstable = bool(s.get("stable") is False) or (math.isfinite(served) and served < 0.9) or bool(res.stuck)
-            if unstable or lower > allowed:
+            if unstable or lower > self.allowed:
                 ok, how = False, "unstable" if unstable else "confident"
-            elif upper <= allowed:
+            elif upper <= self.allowed:
                 ok, how = True, "confident"
-            elif n * 2 <= max_queries:
+            elif n * 2 <= self.max_queries:
                 n, attempt = n * 2, attempt + 1
                 continue
             else:
-                ok, how = slow / n <= allowed, "estimate"
+                ok, how = slow / n <= self.allowed, "estimate"
             rec = {"rate_qps": float(rate), "n_queries": int(n), "slow": slow, "slow_fraction": slow / n,
-                   "slow_bounds": [lower, upper], f"p{percentile:g}_latency_ms": float(np.percentile(
-                       np.where(np.isnan(lat), np.inf, lat), percentile)),
+                   "slow_bounds": [lower, upper], f"p{self.percentile:g}_latency_ms": float(np.percentile(
+                       np.where(np.isnan(lat), np.inf, lat), self.percentile)),
                    "served_fraction": served, "within_slo": ok, "decided_by": how}
-            probes.append(rec)
-            if progress is not None:
-                progress(rec)
+            self.probes.append(rec)
+            if self.progress is not None:
+                self.progress(rec)
             return ok
 
+    def _run(self, rate: float, n: int, attempt: int):
+        """One run of the config at ``rate`` with ``n`` queries and the attempt's seed."""
+        from dvasim.api import run
+
+        trial = copy.deepcopy(self.raw)
+        trial["workload"].update(rate_qps=float(rate), n_queries=int(n), seed=self.seed0 + attempt)
+        trial.setdefault("engine", {})["progress"] = False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IncompleteRunWarning)
+            res = run(trial, progress=False, stack=self.stack)
+        if not self.ran_on:
+            self.ran_on.append(str(res.summary.get("stack")))
+        return res
+
+
+def bracket_and_bisect(probe, lo: float, hi: float, max_doublings: int,
+                       resolution: float) -> tuple[float, tuple[float, float], bool, str]:
+    """The search (module docstring): ``(capacity, bracket, top_exceeded, note)``, ``probe`` deciding each rate."""
     if not probe(lo):
-        return _result(0.0, (0.0, lo), slo_ms, percentile, confidence, resolution, True, probes, bound, ran_on,
-                       note=f"the SLO does not hold even at {lo:g} qps")
+        return 0.0, (0.0, lo), True, f"the SLO does not hold even at {lo:g} qps"
     top_exceeded = False
     for _ in range(max_doublings + 1):
         if not probe(hi):
@@ -147,16 +184,15 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
             break
         lo, hi = hi, hi * 2.0
     if not top_exceeded:
-        return _result(lo, (lo, math.inf), slo_ms, percentile, confidence, resolution, False, probes, bound, ran_on,
-                       note=f"the SLO still held at {lo:g} qps (the top of the bracket was never exceeded): the "
-                            f"capacity is at least that")
+        return lo, (lo, math.inf), False, (f"the SLO still held at {lo:g} qps (the top of the bracket was never "
+                                           f"exceeded): the capacity is at least that")
     while hi / lo - 1.0 > resolution:
         mid = math.sqrt(lo * hi)
         if probe(mid):
             lo = mid
         else:
             hi = mid
-    return _result(lo, (lo, hi), slo_ms, percentile, confidence, resolution, True, probes, bound, ran_on)
+    return lo, (lo, hi), True, ""
 
 
 def _result(cap, bracket, slo_ms, percentile, confidence, resolution, top_exceeded, probes, bound, ran_on=(),

@@ -5,119 +5,21 @@ that reduction comes from (DVABatch's cumulative ablations) and how Triton with 
 Every run names its serving stack (:mod:`dvasim.server`): ``--stack NAME`` runs them all on that stack, ``--engine
 ENGINE.toml`` with an engine file from ``dvasim fit``; by default each model runs on the stack its table implies
 (the Titan RTX tables: ``triton-tensorrt``). The tables, ``compare.csv`` and ``calibration.csv`` have a ``stack``
-column, and the figures' titles name the stacks."""
+column, and the figures' titles name the stacks.
+
+This module holds the study's stacks and printed report; its command line (the arguments, the files written) is
+:mod:`dvasim.cli.compare`."""
 
 from __future__ import annotations
 
-import sys
-import time
-from pathlib import Path
-
 import pandas as pd
 
-from dvasim.errors import OneLineParser, check_out_dir
 from dvasim.studies import evaluation as study
 
 PAPER = {  # the paper's average reductions (§8.2), for the printout
     "mean_latency_ms": {"zerobatch": (16.1, 39.0, 57.7), "delaybatch": (35.4, 47.3, 48.5)},
     "p99_latency_ms": {"zerobatch": (16.9, 27.4, 53.7), "delaybatch": (45.2, 45.1, 29.2)},
 }
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = OneLineParser(prog="dvasim compare", description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default=",".join(study.MODELS), help="comma-separated model names")
-    ap.add_argument("--device", default="titanrtx", help="titanrtx | a100 | h100 | cpu")
-    ap.add_argument("--queries", type=int, default=5000, help="queries per (model, load, policy) run")
-    ap.add_argument("--workers", type=int, default=2, help="processes")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--peak", choices=("stepping", "capacity"), default="stepping",
-                    help="how peaks are found: the paper's stepping load and bisection (default) or dvasim "
-                         "capacity's confident bisection on Poisson loads")
-    ap.add_argument("--slo-ms", type=float, default=study.QOS_MS,
-                    help=f"latency SLO (ms) of the peak-throughput search and the QoS rates (default {study.QOS_MS:g})")
-    ap.add_argument("--quick", action="store_true", help="fewer queries and bisection steps (a smoke run)")
-    ap.add_argument("--out", default="results/compare", help="output directory")
-    ap.add_argument("--policies", default=",".join(study.DEFAULT_LABELS),
-                    help="comma-separated variant labels to run (default: the DVABatch study's "
-                         f"{', '.join(study.DEFAULT_LABELS)}); the papers' peer systems: "
-                         + ", ".join(v.label for v in study.PEER_VARIANTS))
-    ap.add_argument("--stack", metavar="NAME", default=None,
-                    help="the serving stack of every run (default: the one each table implies; `dvasim stacks` "
-                         "lists them)")
-    ap.add_argument("--engine", metavar="ENGINE.toml", default=None,
-                    help="an engine file written by dvasim fit, merged over every run's [engine]")
-    args = ap.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in models if m not in study.MODELS]
-    if unknown or not models:
-        what = f"unknown {unknown[0]!r}" if unknown else "no model given"
-        print(f"dvasim compare: error: --models: {what}; allowed: {', '.join(study.MODELS)}", file=sys.stderr)
-        return 2
-    labels = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
-    unknown = [p for p in labels if p not in study.VARIANT_BY_LABEL]
-    if unknown or not labels:
-        what = f"unknown {unknown[0]!r}" if unknown else "no label given"
-        print(f"dvasim compare: error: --policies: {what}; allowed: {', '.join(study.VARIANT_BY_LABEL)}",
-              file=sys.stderr)
-        return 2
-    if args.queries < 100 or args.workers < 1:
-        print("dvasim compare: error: --queries must be >= 100 and --workers >= 1", file=sys.stderr)
-        return 2
-    if not args.slo_ms > 0:
-        print(f"dvasim compare: error: --slo-ms: must be a number > 0 (ms), got {args.slo_ms}", file=sys.stderr)
-        return 2
-    if args.seed < 0:
-        print(f"dvasim compare: error: --seed: must be an integer >= 0, got {args.seed}", file=sys.stderr)
-        return 2
-    served = {}
-    if args.stack is not None:
-        from dvasim.server.resolve import stack_by_name
-
-        stack_by_name(args.stack, "--stack")
-        served["stack"] = args.stack
-    if args.engine is not None:
-        from dvasim.config import apply_engine_file
-
-        apply_engine_file({}, args.engine)  # a bad file: one line naming --engine, before any run
-        served["engine_file"] = args.engine
-    check_out_dir(args.out)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    results, calib = study.compare(models, n_queries=1000 if args.quick else args.queries, seed=args.seed,
-                                   workers=args.workers, device=args.device, refine=2 if args.quick else 4,
-                                   policies=labels, qos_ms=args.slo_ms, peak=args.peak, **served)
-    for what in calib.attrs.get("peak_at_ladder_top", []):
-        where = (f"every level of the load ladder (up to {study.STEPPING['end_qps']:g} qps)" if args.peak == "stepping"
-                 else "the top of the capacity search's bracket")
-        print(f"dvasim compare: warning: {what}: {where} met the {args.slo_ms:g} ms SLO; its peak is only a lower "
-              "bound", file=sys.stderr)
-    results, calib = with_stacks(results, calib, args.device, **served)
-    red_mean = study.reductions(results, "mean_latency_ms")
-    red_p99 = study.reductions(results, "p99_latency_ms")
-    att = study.attribution(results, "mean_latency_ms")
-    results.to_csv(out / "compare.csv", index=False)
-    calib.to_csv(out / "calibration.csv", index=False)
-    red = red_mean.merge(red_p99, on=["model", "load"], suffixes=("_mean", "_p99"))
-    red.to_csv(out / "reductions.csv", index=False)
-    att.to_csv(out / "attribution.csv", index=False)
-    from dvasim.reporting.plots import attribution_bars, policy_bars
-
-    on = stack_title(results)
-    policy_bars(results, "mean_latency_ms", out / "fig14_mean_latency.png", f"mean latency (paper Figure 14){on}",
-                device=args.device)
-    policy_bars(results, "p99_latency_ms", out / "fig16_p99_latency.png", f"p99 latency (paper Figure 16){on}",
-                device=args.device, slo_ms=args.slo_ms)
-    if att["share_multientry_pp"].notna().any():
-        attribution_bars(att, out / "attribution.png",
-                         "DVABatch's mean-latency reduction vs DelayBatch, by step (points of DelayBatch's mean)" + on)
-    print_report(results, calib, red, sys.stdout, args.slo_ms)
-    if set(results["policy"]) - set(study.POLICIES):
-        print_variants(results, sys.stdout)
-    print_attribution(att, sys.stdout)
-    print(f"\n{len(results)} runs in {time.perf_counter() - t0:.0f} s; results in {out}/")
-    return 0
 
 
 def stack_of(model: str, device: str, stack: str | None = None, engine=None) -> str:

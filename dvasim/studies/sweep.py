@@ -60,9 +60,39 @@ import pandas as pd
 
 from dvasim import config as cfgmod
 from dvasim.errors import ConfigError
+from dvasim.schema import Key, Section
 
-SWEEP_KEYS = ("base", "set", "grid", "random", "seeds", "capacity")
-CAPACITY_KEYS = ("slo_ms", "percentile", "confidence", "resolution", "max_queries")
+SWEEP_RANDOM = Section("sweep.random", "random draws, each combined with every grid point", (
+    Key("n", "int", "the number of draws", minimum=1),
+    Key("seed", "int", "the draws' seed", default=0, minimum=0),
+), open=True, open_help='dotted keys to distributions: {uniform = [lo, hi]}, {loguniform = [lo, hi]}, '
+                        '{randint = [lo, hi]} or {choice = [...]}')
+SWEEP_SEEDS = Section("sweep.seeds", "every point repeated with these workload seeds (give one of the two)", (
+    Key("n", "int", "seeds 0..n-1", minimum=1),
+    Key("values", "ints", "the seeds", minimum=0),
+))
+SWEEP_CAPACITY = Section("sweep.capacity", "each point a capacity search (dvasim capacity) instead of one run", (
+    Key("slo_ms", "number", "the latency objective (ms); required", minimum=0, strict=True),
+    Key("percentile", "number", "the percentile that must meet it", default=99.0, minimum=0, maximum=100,
+        strict=True, strict_max=True),
+    Key("confidence", "number", "confidence of each probe's verdict", default=0.95, minimum=0.5, maximum=1,
+        strict_max=True),
+    Key("resolution", "number", "relative width of the final bracket", default=0.02, minimum=0, maximum=1,
+        strict=True, strict_max=True),
+    Key("max_queries", "int", "most queries of one probe", default=64_000, minimum=1),
+))
+SWEEP = Section("sweep", "a sweep file (dvasim sweep): many runs of one base config with some keys changed", (
+    Key("base", "path", "the config every run starts from (relative to the sweep file); required"),
+    Key("set", "list", "overrides for every run, as --set (e.g. [\"workload.n_queries=2000\"])"),
+    Key("grid", "table", "dotted keys to lists of values: every combination (the product) runs; a bare section "
+        "name takes whole tables"),
+    Key("random", "table", "random draws", section=SWEEP_RANDOM),
+    Key("seeds", "table", "workload seeds", section=SWEEP_SEEDS),
+    Key("capacity", "table", "a capacity search per point", section=SWEEP_CAPACITY),
+))
+SWEEP_SECTIONS = (SWEEP, SWEEP_RANDOM, SWEEP_SEEDS, SWEEP_CAPACITY)
+SWEEP_KEYS = tuple(SWEEP.by_name)
+CAPACITY_KEYS = tuple(SWEEP_CAPACITY.by_name)
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 
 
@@ -82,22 +112,15 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     except ConfigError as e:
         raise ConfigError("sweep", e.message.replace("TOML config", "TOML sweep file")) from None
     base_dir = data.pop("_base_dir")
-    for k in data:
-        if k not in SWEEP_KEYS:
-            raise ConfigError(f"sweep.{k}", f"unknown key; allowed: {', '.join(SWEEP_KEYS)}")
     if "base" not in data:
         raise ConfigError("sweep.base", 'missing; give the config every run starts from, e.g. base = "run.toml"')
-    if not isinstance(data["base"], str):
-        raise ConfigError("sweep.base", f"must be a path (a string), got {data['base']!r}")
+    SWEEP.check(data)  # unknown keys, types and ranges ([random], [seeds] and [capacity] included)
     data["base"] = str(cfgmod.find_file(data["base"], base_dir, "sweep.base"))
     cap = data.get("capacity")
-    if cap is not None:
-        if not isinstance(cap, dict) or "slo_ms" not in cap:
-            raise ConfigError("sweep.capacity", "must be a table with slo_ms (and optionally percentile, confidence, "
-                                                "resolution, max_queries)")
-        for k in cap:
-            if k not in CAPACITY_KEYS:
-                raise ConfigError(f"sweep.capacity.{k}", f"unknown key; allowed: {', '.join(CAPACITY_KEYS)}")
+    if cap is not None and "slo_ms" not in cap:
+        raise ConfigError("sweep.capacity.slo_ms", "missing; each point's capacity search needs its SLO, e.g. "
+                                                   "slo_ms = 50 (and optionally percentile, confidence, resolution, "
+                                                   "max_queries)")
     return data
 
 
@@ -169,11 +192,10 @@ def _random(spec: Any) -> list[dict[str, Any]]:
         return [{}]
     if not isinstance(spec, dict):
         raise ConfigError("sweep.random", "must be a table: n = 8, seed = 0, and dotted keys to distributions")
-    n, seed = spec.get("n"), spec.get("seed", 0)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError("sweep.random.n", f"must be an integer >= 1 (the number of draws), got {n!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError("sweep.random.seed", f"must be an integer >= 0, got {seed!r}")
+    SWEEP_RANDOM.check(spec)
+    if "n" not in spec:
+        raise ConfigError("sweep.random.n", "missing; the number of draws, an integer >= 1")
+    n, seed = spec["n"], spec.get("seed", SWEEP_RANDOM.default("seed"))
     dists = {k: v for k, v in spec.items() if k not in ("n", "seed")}
     if not dists:
         raise ConfigError("sweep.random", 'give at least one dotted key, e.g. "workload.rate_qps" = {uniform = [50, 150]}')
@@ -186,16 +208,12 @@ def _seeds(spec: Any) -> list[int] | None:
         return None
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("n", "values"):
         raise ConfigError("sweep.seeds", "must be a table with either n = 3 or values = [0, 1, 2]")
+    SWEEP_SEEDS.check(spec)
     if "n" in spec:
-        n = spec["n"]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError("sweep.seeds.n", f"must be an integer >= 1, got {n!r}")
-        return list(range(n))
-    vals = spec["values"]
-    if not isinstance(vals, list) or not vals or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                                                         for v in vals):
-        raise ConfigError("sweep.seeds.values", f"must be a non-empty list of integers >= 0, got {vals!r}")
-    return list(vals)
+        return list(range(spec["n"]))
+    if not spec["values"]:
+        raise ConfigError("sweep.seeds.values", "must be a non-empty list of integers >= 0, got []")
+    return list(spec["values"])
 
 
 def run_key(config: dict[str, Any]) -> str:

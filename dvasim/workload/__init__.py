@@ -1,5 +1,10 @@
-"""Workloads: query arrival times and input lengths (see :mod:`dvasim.workload.config` for the TOML keys;
-:mod:`dvasim.workload.traces` for trace files)."""
+"""Workloads: query arrival times and input lengths. :mod:`~dvasim.workload.config` declares the ``[workload]``
+section and builds a :class:`Workload`; :mod:`~dvasim.workload.arrivals` the arrival processes;
+:mod:`~dvasim.workload.traces` trace files; :mod:`~dvasim.workload.lengths` input-length distributions.
+
+May import: model data (the tables' profiled lengths, the shipped traces' folder), the foundation, numpy and
+pandas.
+"""
 
 from __future__ import annotations
 

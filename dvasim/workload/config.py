@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from dvasim.errors import ConfigError, WorkloadError
+from dvasim.schema import Key, Section
 from dvasim.workload.arrivals import (
     _check_count,
     _check_rate,
@@ -63,18 +64,51 @@ from dvasim.workload.traces import load_trace, trace_arrivals
 __all__ = ["Workload", "workload_from_config", "KINDS", "ALLOWED_KEYS", "length_rng"]
 
 _LEN_KEYS = ("seq_len", "seq_len_dist")
-ALLOWED_KEYS: dict[str, tuple[str, ...]] = {
-    "poisson": ("kind", "rate_qps", "n_queries", "seed", "start_ms", *_LEN_KEYS),
-    "gamma": ("kind", "rate_qps", "cv", "n_queries", "seed", "start_ms", *_LEN_KEYS),
-    "uniform": ("kind", "rate_qps", "n_queries", "seed", "start_ms", *_LEN_KEYS),
-    "explicit": ("kind", "arrivals_ms", "seq_lens", "seed", *_LEN_KEYS),
-    "stepping": ("kind", "start_qps", "end_qps", "step_queries", "n_queries", "seed", "poisson", "start_ms", *_LEN_KEYS),
-    "phases": ("kind", "phases", "seed", "poisson", "start_ms", *_LEN_KEYS),
-    "closed": ("kind", "clients", "n_queries", "think_ms", "seed", *_LEN_KEYS),
-    "trace": ("kind", "path", "column", "unit", "length_column", "rate_qps", "time_scale", "n_queries", "start_ms",
-              "seed", *_LEN_KEYS),
-}
-KINDS = tuple(ALLOWED_KEYS)
+KINDS = ("poisson", "gamma", "uniform", "explicit", "stepping", "phases", "closed", "trace")
+_RATE = ("poisson", "gamma", "uniform")
+_ALL_BUT_EXPLICIT = ("poisson", "gamma", "uniform", "stepping", "phases", "closed", "trace")
+WORKLOAD = Section("workload", "the queries: their arrival times and input lengths; `kind` picks the process", (
+    Key("kind", "choice", "the arrival process", choices=KINDS),
+    Key("rate_qps", "number", "mean arrival rate, queries per second (trace: scale the trace to this mean rate)",
+        minimum=0, strict=True, kinds=(*_RATE, "trace")),
+    Key("cv", "number", "coefficient of variation of the Gamma gaps (1 = poisson, < 1 smoother, > 1 burstier)",
+        minimum=0, strict=True, kinds=("gamma",)),
+    Key("n_queries", "int", "queries in the run (stepping: 32000; trace: every request, more loops it)",
+        minimum=1, kinds=(*_RATE, "stepping", "closed", "trace")),
+    Key("seed", "int", "seed of the arrivals' and the lengths' random streams", default=0, minimum=0),
+    Key("start_ms", "number", "arrival time of the first query (ms)", default=0.0, minimum=0,
+        kinds=(*_RATE, "stepping", "phases", "trace")),
+    Key("arrivals_ms", "any", "a list of arrival times >= 0 (ms, any order: sorted stably, seq_lens with them)",
+        kinds=("explicit",)),
+    Key("seq_lens", "any", "a list of one input length (an integer >= 1) per arrival", kinds=("explicit",)),
+    Key("start_qps", "number", "stepping: the first level's rate", default=66.0, minimum=0, strict=True,
+        kinds=("stepping",)),
+    Key("end_qps", "number", "stepping: the rate reached after n_queries - step_queries queries", default=4000.0,
+        minimum=0, strict=True, kinds=("stepping",)),
+    Key("step_queries", "int", "stepping: queries per level", default=2000, minimum=1, kinds=("stepping",)),
+    Key("poisson", "bool", "Poisson arrivals within each level or phase (false: constant gaps)", default=True,
+        kinds=("stepping", "phases")),
+    Key("phases", "list", "a list of {n = 150, rate_qps = 40} tables: n queries at rate_qps, one after the other",
+        kinds=("phases",)),
+    Key("clients", "int", "closed loop: clients, each sending its next query when the last is answered", default=1,
+        minimum=1, kinds=("closed",)),
+    Key("think_ms", "number", "closed loop: a client's pause between an answer and its next query (ms)",
+        default=0.0, minimum=0, kinds=("closed",)),
+    Key("path", "path", 'a CSV / JSON / Parquet file of request times, or "trace:<name>" for one in '
+        "traces/arrivals/ (e.g. \"trace:azure_code\")", kinds=("trace",)),
+    Key("column", "str", "the time column (default: the first of arrival_ms, timestamp_ms, timestamp, time, "
+        "arrival)", kinds=("trace",)),
+    Key("unit", "choice", "the time column's unit (date-time strings are parsed)", default="ms",
+        choices=("ms", "s", "us"), kinds=("trace",)),
+    Key("length_column", "str", "input lengths from this column of the trace (instead of seq_len / seq_len_dist)",
+        kinds=("trace",)),
+    Key("time_scale", "number", "multiply the trace's gaps (instead of rate_qps)", minimum=0, strict=True,
+        kinds=("trace",)),
+    Key("seq_len", "int", "every query's input length (tables with a seq_len column)", minimum=1),
+    Key("seq_len_dist", "str", 'input lengths sampled i.i.d. from "glue:RTE" (a GLUE task) or a lengths CSV',
+        ),
+), selector="kind")
+ALLOWED_KEYS: dict[str, tuple[str, ...]] = {k: tuple(WORKLOAD.allowed({"kind": k})) for k in KINDS}
 
 
 @dataclass(frozen=True)
@@ -203,111 +237,127 @@ def workload_from_config(
     kind = section.get("kind")
     if kind is None:
         raise ConfigError("workload.kind", f"missing; set kind = one of {', '.join(repr(k) for k in KINDS)}")
-    if not isinstance(kind, str) or kind not in ALLOWED_KEYS:
-        raise ConfigError("workload.kind", f"must be one of {', '.join(repr(k) for k in KINDS)}, got {kind!r}")
-    allowed = ALLOWED_KEYS[kind]
-    for k in section:
-        if k not in allowed:
-            raise ConfigError(f"workload.{k}", f"unknown key for kind = \"{kind}\"; allowed keys: {', '.join(allowed)}")
-
-    def req(key: str):
-        if key not in section:
-            raise ConfigError(f"workload.{key}", f"missing; kind = \"{kind}\" needs {key}")
-        return section[key]
-
-    seed = _check_seed(section.get("seed", 0))
-    perm = None
-    explicit_lens = None
-    if kind == "poisson":
-        rate = _check_rate("rate_qps", req("rate_qps"))
-        n = _check_count("n_queries", req("n_queries"))
-        start = _check_start(section.get("start_ms", 0.0))
-        arrivals = poisson_arrivals(rate, n, seed, start)
-        desc = f"poisson {rate:g} QPS x {n} queries (seed {seed})"
-    elif kind == "gamma":
-        rate = _check_rate("rate_qps", req("rate_qps"))
-        cv = req("cv")
-        n = _check_count("n_queries", req("n_queries"))
-        start = _check_start(section.get("start_ms", 0.0))
-        arrivals = gamma_arrivals(rate, cv, n, seed, start)
-        desc = f"gamma {rate:g} QPS, cv {float(cv):g} x {n} queries (seed {seed})"
-    elif kind == "trace":
-        arrivals, explicit_lens, desc = _trace_workload(section, req("path"), needs_seq_len, base_dir)
-    elif kind == "uniform":
-        rate = _check_rate("rate_qps", req("rate_qps"))
-        n = _check_count("n_queries", req("n_queries"))
-        start = _check_start(section.get("start_ms", 0.0))
-        arrivals = uniform_arrivals(rate, n, start)
-        desc = f"uniform {rate:g} QPS x {n} queries"
-    elif kind == "explicit":
-        raw = _number_list("arrivals_ms", req("arrivals_ms"), integer=False, low=0)
-        perm = np.argsort(raw, kind="stable")
-        arrivals = raw[perm]
-        if "seq_lens" in section:
-            lens = _number_list("seq_lens", section["seq_lens"], integer=True, low=1)
-            if lens.size != raw.size:
-                raise ConfigError(
-                    "workload.seq_lens", f"must have one entry per arrival ({raw.size} in arrivals_ms), got {lens.size}"
-                )
-            if needs_seq_len and any(k in section for k in _LEN_KEYS):
-                raise ConfigError("workload.seq_lens", "give either seq_lens or seq_len / seq_len_dist, not both")
-            explicit_lens = lens[perm]
-        desc = f"explicit {raw.size} arrivals"
-    elif kind == "phases":
-        poisson = section.get("poisson", True)
-        arrivals, _ = phases_arrivals(req("phases"), seed, poisson, section.get("start_ms", 0.0))
-        parts = " then ".join(f"{p['n']} at {float(p['rate_qps']):g} QPS" for p in section["phases"])
-        desc = f"phases {parts} ({'poisson' if poisson else 'constant gaps'}, seed {seed})"
-    elif kind == "closed":
-        clients = _check_count("clients", section.get("clients", 1))
-        n = _check_count("n_queries", req("n_queries"))
-        think = section.get("think_ms", 0.0)
-        if isinstance(think, bool) or not isinstance(think, int | float) or not math.isfinite(think) or think < 0:
-            raise ConfigError("workload.think_ms", f"must be a number >= 0 (ms), got {think!r}")
-        think = float(think)
-        arrivals = np.zeros(n)
-        desc = f"closed loop: {clients} clients x {n} queries, think {think:g} ms"
-    else:  # stepping
-        start_qps = _check_rate("start_qps", section.get("start_qps", 66.0))
-        end_qps = _check_rate("end_qps", section.get("end_qps", 4000.0))
-        step = _check_count("step_queries", section.get("step_queries", 2000))
-        n = _check_count("n_queries", section.get("n_queries", 32000))
-        poisson = section.get("poisson", True)
-        if not isinstance(poisson, bool):
-            raise ConfigError("workload.poisson", f"must be true or false, got {poisson!r}")
-        start = _check_start(section.get("start_ms", 0.0))
-        arrivals, _ = stepping_arrivals(start_qps, end_qps, step, n, seed, poisson, start)
-        desc = (
-            f"stepping {start_qps:g}->{end_qps:g} QPS every {step} queries x {n} queries "
-            f"({'poisson' if poisson else 'constant gaps'}, seed {seed})"
-        )
-
-    n = arrivals.size
-    if not needs_seq_len:
-        lens = np.ones(n, dtype=np.int64)
-    elif explicit_lens is not None:
-        lens = explicit_lens
-        desc += f", seq_len from column {section['length_column']!r}" if kind == "trace" else ", explicit seq_lens"
-    else:
-        if "seq_len" in section and "seq_len_dist" in section:
-            raise ConfigError("workload.seq_len_dist", "set only one of seq_len (constant) or seq_len_dist (distribution)")
-        if "seq_len" in section:
-            c = _positive_int("seq_len", section["seq_len"])
-            lens = np.full(n, c, dtype=np.int64)
-            desc += f", seq_len {c}"
-        elif "seq_len_dist" in section:
-            spec = section["seq_len_dist"]
-            pool = load_lengths(spec, base_dir=base_dir)
-            lens = length_rng(seed).choice(pool, size=n, replace=True)
-            desc += f", seq_len ~ {spec} (seed {seed})"
-        else:
-            raise ConfigError(
-                "workload.seq_len",
-                "the model's latency table has a seq_len column, so queries need input lengths: "
-                "set seq_len = N or seq_len_dist = \"glue:RTE\""
-                + (" or length_column = \"<column of the trace>\"" if kind == "trace" else ""),
-            )
-    if kind == "closed":
-        return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc, closed_clients=clients,
-                        think_ms=think)
+    WORKLOAD.check(dict(section))  # unknown keys, types and ranges: one line naming the key
+    seed = _check_seed(section.get("seed", WORKLOAD.default("seed")))
+    arrivals, explicit_lens, desc, closed = _ARRIVALS[kind](_Keys(section, kind), seed, needs_seq_len, base_dir)
+    lens, desc = _lengths(section, kind, arrivals.size, explicit_lens, desc, seed, needs_seq_len, base_dir)
+    if closed is not None:
+        return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc, closed_clients=closed[0],
+                        think_ms=closed[1])
     return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc)
+
+
+class _Keys:
+    """A workload section read by a builder: ``req`` (required), ``get`` (the schema's default when absent)."""
+
+    def __init__(self, section: Mapping, kind: str):
+        self.section, self.kind = section, kind
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.section
+
+    def __getitem__(self, key: str):
+        return self.section[key]
+
+    def req(self, key: str):
+        if key not in self.section:
+            raise ConfigError(f"workload.{key}", f"missing; kind = \"{self.kind}\" needs {key}")
+        return self.section[key]
+
+    def get(self, key: str):
+        return self.section.get(key, WORKLOAD.default(key))
+
+
+def _poisson(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
+    rate, n = _check_rate("rate_qps", s.req("rate_qps")), _check_count("n_queries", s.req("n_queries"))
+    arrivals = poisson_arrivals(rate, n, seed, _check_start(s.get("start_ms")))
+    return arrivals, None, f"poisson {rate:g} QPS x {n} queries (seed {seed})", None
+
+
+def _gamma(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
+    rate, cv = _check_rate("rate_qps", s.req("rate_qps")), s.req("cv")
+    n = _check_count("n_queries", s.req("n_queries"))
+    arrivals = gamma_arrivals(rate, cv, n, seed, _check_start(s.get("start_ms")))
+    return arrivals, None, f"gamma {rate:g} QPS, cv {float(cv):g} x {n} queries (seed {seed})", None
+
+
+def _trace(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
+    return (*_trace_workload(s.section, s.req("path"), needs_seq_len, base_dir), None)
+
+
+def _uniform(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
+    rate, n = _check_rate("rate_qps", s.req("rate_qps")), _check_count("n_queries", s.req("n_queries"))
+    arrivals = uniform_arrivals(rate, n, _check_start(s.get("start_ms")))
+    return arrivals, None, f"uniform {rate:g} QPS x {n} queries", None
+
+
+def _explicit(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
+    raw = _number_list("arrivals_ms", s.req("arrivals_ms"), integer=False, low=0)
+    perm = np.argsort(raw, kind="stable")
+    explicit_lens = None
+    if "seq_lens" in s:
+        lens = _number_list("seq_lens", s["seq_lens"], integer=True, low=1)
+        if lens.size != raw.size:
+            raise ConfigError(
+                "workload.seq_lens", f"must have one entry per arrival ({raw.size} in arrivals_ms), got {lens.size}"
+            )
+        if needs_seq_len and any(k in s for k in _LEN_KEYS):
+            raise ConfigError("workload.seq_lens", "give either seq_lens or seq_len / seq_len_dist, not both")
+        explicit_lens = lens[perm]
+    return raw[perm], explicit_lens, f"explicit {raw.size} arrivals", None
+
+
+def _phases(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
+    poisson = s.get("poisson")
+    arrivals, _ = phases_arrivals(s.req("phases"), seed, poisson, s.get("start_ms"))
+    parts = " then ".join(f"{p['n']} at {float(p['rate_qps']):g} QPS" for p in s["phases"])
+    return arrivals, None, f"phases {parts} ({'poisson' if poisson else 'constant gaps'}, seed {seed})", None
+
+
+def _closed(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
+    clients = _check_count("clients", s.get("clients"))
+    n = _check_count("n_queries", s.req("n_queries"))
+    think = float(s.get("think_ms"))
+    desc = f"closed loop: {clients} clients x {n} queries, think {think:g} ms"
+    return np.zeros(n), None, desc, (clients, think)
+
+
+def _stepping(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
+    start_qps, end_qps = _check_rate("start_qps", s.get("start_qps")), _check_rate("end_qps", s.get("end_qps"))
+    step = _check_count("step_queries", s.get("step_queries"))
+    n = _check_count("n_queries", s.section.get("n_queries", STEPPING_QUERIES))
+    poisson = s.get("poisson")
+    arrivals, _ = stepping_arrivals(start_qps, end_qps, step, n, seed, poisson, _check_start(s.get("start_ms")))
+    desc = (f"stepping {start_qps:g}->{end_qps:g} QPS every {step} queries x {n} queries "
+            f"({'poisson' if poisson else 'constant gaps'}, seed {seed})")
+    return arrivals, None, desc, None
+
+
+STEPPING_QUERIES = 32000  # the paper's stepping load (§8.3): 66 -> 4000 QPS in 2000-query levels
+_ARRIVALS = {"poisson": _poisson, "gamma": _gamma, "trace": _trace, "uniform": _uniform, "explicit": _explicit,
+             "phases": _phases, "closed": _closed, "stepping": _stepping}
+
+
+def _lengths(section: Mapping, kind: str, n: int, explicit_lens, desc: str, seed: int, needs_seq_len: bool,
+             base_dir) -> tuple[np.ndarray, str]:
+    """Every query's input length (and the description's words for them)."""
+    if not needs_seq_len:
+        return np.ones(n, dtype=np.int64), desc
+    if explicit_lens is not None:
+        return explicit_lens, desc + (f", seq_len from column {section['length_column']!r}" if kind == "trace"
+                                      else ", explicit seq_lens")
+    if "seq_len" in section and "seq_len_dist" in section:
+        raise ConfigError("workload.seq_len_dist", "set only one of seq_len (constant) or seq_len_dist (distribution)")
+    if "seq_len" in section:
+        c = _positive_int("seq_len", section["seq_len"])
+        return np.full(n, c, dtype=np.int64), desc + f", seq_len {c}"
+    if "seq_len_dist" in section:
+        spec = section["seq_len_dist"]
+        pool = load_lengths(spec, base_dir=base_dir)
+        return length_rng(seed).choice(pool, size=n, replace=True), desc + f", seq_len ~ {spec} (seed {seed})"
+    raise ConfigError(
+        "workload.seq_len",
+        "the model's latency table has a seq_len column, so queries need input lengths: "
+        "set seq_len = N or seq_len_dist = \"glue:RTE\""
+        + (" or length_column = \"<column of the trace>\"" if kind == "trace" else ""),
+    )

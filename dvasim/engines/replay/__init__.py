@@ -4,9 +4,11 @@ torch execution of the model zoo's stage modules, on the CPU (threads) or on CUD
 >>> from dvasim.engines.replay import replay
 >>> result = replay("experiments/validation/configs/resnet152_zerobatch_low.toml")   # doctest: +SKIP
 
-See :mod:`dvasim.engines.replay.engine` (threads, CUDA discipline, timing), :mod:`dvasim.model.stages.buffers` (real buffers),
-:mod:`dvasim.engines.replay.loadgen` (MLPerf LoadGen Server scenario) and :mod:`dvasim.fitting.validate` (fidelity).
-Needs torch (the ``replay`` extra).
+See :mod:`dvasim.engines.replay.engine` (threads, CUDA discipline, timing), :mod:`dvasim.model.stages` (the
+stage modules, real buffers, CUDA graphs) and :mod:`dvasim.engines.replay.loadgen` (MLPerf LoadGen's Server
+scenario); the simulator-vs-replay check is :mod:`dvasim.fitting.validate`. Needs torch (the ``replay`` extra).
+
+May import: torch, the MLPerf LoadGen, and the layers below the engines (model data's stage runners included).
 """
 
 from dvasim.engines.replay.engine import (

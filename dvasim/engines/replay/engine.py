@@ -655,20 +655,56 @@ def _stages(model, resolved, bounds: list[int], kind: str, device: str) -> list:
 
 
 def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", record_states: bool = False,
-            seq_lens=None, table=None, cuda_ops=None) -> ReplaySetup:
+            seq_lens=None, table=None, cuda_ops=None, threads: int = 1) -> ReplaySetup:
     """Resolve ``config`` and build the pipeline, the real stage modules, the buffers and the inputs.
 
     ``seq_lens`` replaces the workload's input lengths as the input samples (LoadGen's sample library).
     ``table`` (a per-stage latency table or its path) replaces the named model's table as the profile the
     policy decides with, e.g. the one the simulator is given in ``dvasim validate --table serving``, so both
-    engines make their decisions from the same numbers.
+    engines make their decisions from the same numbers. A policy that profiles co-running workers (E-Ebird) gets
+    the replay's profiler (:class:`dvasim.engines.replay.corun.ReplayCoRun`: measured on these stage modules,
+    with ``threads`` intra-op threads on the CPU, the replay's setting).
     """
-    from dvasim import config as cfgmod
-    from dvasim.errors import ConfigError, WorkloadError
-    from dvasim.model.catalog import resolve_model
     from dvasim.policies import make_policy
     from dvasim.workload import workload_from_config
     from dvasim.workload.lengths import check_lengths
+
+    cfg, resolved = _resolve(config, overrides, device, table)
+    profile = resolved.table
+    params = {k: v for k, v in cfg["policy"].items() if k != "name"}
+    policy = make_policy(cfg["policy"]["name"], params)
+    workload = workload_from_config(cfg["workload"], needs_seq_len=profile.seq_lens is not None,
+                                    base_dir=cfg["base_dir"])
+    if profile.seq_lens is not None and len(workload.seq_lens):
+        check_lengths(profile, workload.seq_lens)
+    dev = "cuda" if device == "cuda" else "cpu"
+    model, kind, stages, labels = _real_stages(cfg, resolved, dev)
+    lens, buckets = _lengths(model, kind, profile, workload.seq_lens if seq_lens is None else seq_lens)
+    corun = None
+    if getattr(policy, "needs_corun", False):
+        from dvasim.engines.replay.corun import ReplayCoRun
+
+        corun = ReplayCoRun(model, stages, device=dev, modules=kind, ops=cuda_ops, threads=threads,
+                            buckets=buckets, seed=int(cfg["workload"].get("seed", 0)))
+    eng = cfg["engine"]
+    pipeline = Pipeline(profile, policy, eng["buffer_pairs"], record_states=record_states,
+                        instances=eng["instances"], qos_target_ms=cfg["qos"]["target_ms"],
+                        input_lengths=workload.seq_lens if profile.seq_lens is not None else None, corun=corun)
+    inputs = InputStore(model, lens, seed=int(cfg["workload"].get("seed", 0)), device=dev, pin=dev == "cuda")
+    buffers = BufferSet(model, list(resolved.bounds), pipeline.instances, eng["buffer_pairs"], profile.max_batch_size,
+                        max_len=max([inputs.max_len, *buckets]), device=dev)
+    setup = ReplaySetup(cfg, resolved, policy, workload, pipeline, model, stages, labels, buffers, inputs, device,
+                        buckets=buckets)
+    if kind == "cudagraph":
+        setup.lane_stages = _graph_stages(setup, cuda_ops)
+    return setup
+
+
+def _resolve(config, overrides, device: str, table):
+    """The resolved config and model (``table``, if given, as the model's table), checked for the replay."""
+    from dvasim import config as cfgmod
+    from dvasim.errors import ConfigError
+    from dvasim.model.catalog import resolve_model
 
     cfg = cfgmod.resolve(config, overrides)
     if "table" in cfg["model"]:
@@ -693,18 +729,12 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
         if tab.n_stages != resolved.table.n_stages:
             raise ConfigError("table", f"has {tab.n_stages} stages; the model is cut into {resolved.table.n_stages}")
         resolved = dataclasses.replace(resolved, table=tab)
-    profile = resolved.table
-    params = {k: v for k, v in cfg["policy"].items() if k != "name"}
-    policy = make_policy(cfg["policy"]["name"], params)
-    workload = workload_from_config(cfg["workload"], needs_seq_len=profile.seq_lens is not None,
-                                    base_dir=cfg["base_dir"])
-    if profile.seq_lens is not None and len(workload.seq_lens):
-        check_lengths(profile, workload.seq_lens)
-    eng = cfg["engine"]
-    pipeline = Pipeline(profile, policy, eng["buffer_pairs"], record_states=record_states,
-                        instances=eng["instances"], qos_target_ms=cfg["qos"]["target_ms"],
-                        input_lengths=workload.seq_lens if profile.seq_lens is not None else None)
-    dev = "cuda" if device == "cuda" else "cpu"
+    return cfg, resolved
+
+
+def _real_stages(cfg: dict, resolved, dev: str):
+    """The zoo model on ``dev``, the module kind (``[replay] modules`` resolved, written back into ``cfg``), the
+    stage modules (eager ones for CUDA graphs, which capture them later) and the stages' labels."""
     model = _zoo(resolved.name, resolved.variant, dev)
     bounds = list(resolved.bounds)
     ends = [*bounds[1:], model.n_ops()]
@@ -714,29 +744,28 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
     names = model.op_names
     labels = [f"ops {a}..{b - 1}: {names[a]} .. {names[b - 1]}" if b - a > 1 else f"op {a}: {names[a]}"
               for a, b in zip(bounds, ends)]
-    lens = workload.seq_lens if seq_lens is None else seq_lens
+    return model, kind, stages, labels
+
+
+def _lengths(model, kind: str, profile, lens) -> tuple[list, list[int]]:
+    """The input samples' lengths (1 for images) and the length buckets (CUDA graphs of token models: the
+    table's lengths up to the first that holds the longest input)."""
+    from dvasim.errors import WorkloadError
+
     buckets: list[int] = []
-    if model.input_kind == "tokens":
-        top = int(max(lens))
-        if top > int(model.max_seq_len):
-            raise WorkloadError("workload.seq_len", f"inputs up to {top} tokens; the model takes at most "
-                                                    f"{model.max_seq_len}")
-        if kind == "cudagraph":  # graphs have fixed shapes: the table's lengths are the buckets
-            buckets = [int(L) for L in profile.seq_lens if int(L) <= int(model.max_seq_len)]
-            if not buckets or buckets[-1] < top:
-                raise WorkloadError("workload.seq_len", f"inputs up to {top} tokens; the table's length buckets "
-                                                        f"end at {buckets[-1] if buckets else 0}")
-            buckets = [L for L in buckets if L <= min(b for b in buckets if b >= top)]
-    else:
-        lens = [1] * len(lens)
-    inputs = InputStore(model, lens, seed=int(cfg["workload"].get("seed", 0)), device=dev, pin=dev == "cuda")
-    buffers = BufferSet(model, bounds, pipeline.instances, eng["buffer_pairs"], profile.max_batch_size,
-                        max_len=max([inputs.max_len, *buckets]), device=dev)
-    setup = ReplaySetup(cfg, resolved, policy, workload, pipeline, model, stages, labels, buffers, inputs, device,
-                        buckets=buckets)
-    if kind == "cudagraph":
-        setup.lane_stages = _graph_stages(setup, cuda_ops)
-    return setup
+    if model.input_kind != "tokens":
+        return [1] * len(lens), buckets
+    top = int(max(lens))
+    if top > int(model.max_seq_len):
+        raise WorkloadError("workload.seq_len", f"inputs up to {top} tokens; the model takes at most "
+                                                f"{model.max_seq_len}")
+    if kind == "cudagraph":  # graphs have fixed shapes: the table's lengths are the buckets
+        buckets = [int(L) for L in profile.seq_lens if int(L) <= int(model.max_seq_len)]
+        if not buckets or buckets[-1] < top:
+            raise WorkloadError("workload.seq_len", f"inputs up to {top} tokens; the table's length buckets "
+                                                    f"end at {buckets[-1] if buckets else 0}")
+        buckets = [L for L in buckets if L <= min(b for b in buckets if b >= top)]
+    return lens, buckets
 
 
 def modules_for(kind: str, device: str) -> str:
@@ -840,7 +869,8 @@ def replay(config, overrides: list[str] | None = None, *, device: str = "cpu", t
            table=None):
     """Replay one config on real torch execution; returns a :class:`dvasim.api.RunResult` like
     :func:`dvasim.api.run` (``extra["replay"]`` holds the :class:`ReplayResult`)."""
-    setup = prepare(config, overrides, device=device, record_states=record_states, table=table, cuda_ops=cuda_ops)
+    setup = prepare(config, overrides, device=device, record_states=record_states, table=table, cuda_ops=cuda_ops,
+                    threads=threads)
     engine = make_engine(setup, record_outputs=record_outputs, threads=threads, cuda_ops=cuda_ops, warmup=warmup)
     try:
         res = engine.run(setup.workload.arrivals_ms, setup.workload.seq_lens,

@@ -77,62 +77,89 @@ def replay_loadgen(config, out_dir, overrides: list[str] | None = None, *, devic
     ``loadgen.json`` into ``out_dir``."""
     import mlperf_loadgen as lg
 
-    setup = prepare(config, overrides, device=device)
-    wl = setup.cfg["workload"]
-    n = setup.workload.n_queries
+    setup = prepare(config, overrides, device=device, threads=threads)
+    target_qps = _target_qps(setup.cfg["workload"], target_qps)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sut = _Sut(lg)
+    engine = make_engine(setup, threads=threads, warmup=warmup, on_exit=sut.on_exit, on_fail=sut.on_fail,
+                         record_outputs=record_outputs)
+    sut.engine = engine
+    res = _run_test(lg, sut, engine, _settings(lg, setup, target_qps), _log_settings(lg, out),
+                    setup.workload.n_queries, out)
+    summary_path = out / "mlperf_log_summary.txt"
+    lgs = parse_summary(summary_path.read_text()) if summary_path.is_file() else {}
+    result = to_run_result(setup, res)
+    comparison = _comparison(lgs, _our_stats(result.queries), target_qps, len(res.queries))
+    (out / "loadgen.json").write_text(json.dumps(comparison, indent=2) + "\n")
+    result.summary.update({f"loadgen_{k}": v for k, v in lgs.items()})
+    result.summary["loadgen_target_qps"] = target_qps
+    result.extra["loadgen"] = comparison
+    return result
+
+
+def _target_qps(wl: dict, target_qps: float | None) -> float:
+    """LoadGen's ``server_target_qps``: ``--target-qps``, else the workload's ``rate_qps``."""
     if target_qps is None:
         target_qps = wl.get("rate_qps")
         if target_qps is None:
             raise ConfigError("--target-qps", f"the workload (kind = {wl.get('kind')!r}) has no rate_qps; "
                                               "give LoadGen's target with --target-qps")
-    target_qps = float(target_qps)
-    seed = int(wl.get("seed", 0))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    return float(target_qps)
 
-    responded: set[int] = set()
-    rlock = threading.Lock()
-    outstanding: dict[int, int] = {}  # response id -> query id
 
-    def respond(ids: list[int]) -> None:
-        with rlock:
-            ids = [i for i in ids if i not in responded]
-            responded.update(ids)
+class _Sut:
+    """Our system under test towards LoadGen: ``issue_query`` submits to the engine; queries that leave the
+    pipeline (``on_exit``), or every outstanding one once the run failed (``on_fail``), are completed."""
+
+    def __init__(self, lg):
+        self.lg = lg
+        self.engine = None  # set once the engine (which takes on_exit and on_fail) is made
+        self.responded: set[int] = set()
+        self.rlock = threading.Lock()
+        self.outstanding: dict[int, int] = {}  # response id -> query id
+
+    def respond(self, ids: list[int]) -> None:
+        with self.rlock:
+            ids = [i for i in ids if i not in self.responded]
+            self.responded.update(ids)
             for i in ids:
-                outstanding.pop(i, None)
+                self.outstanding.pop(i, None)
         if ids:
-            lg.QuerySamplesComplete([lg.QuerySampleResponse(i, 0, 0) for i in ids])
+            self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(i, 0, 0) for i in ids])
 
-    def on_exit(queries) -> None:
-        respond([engine.tags[q.qid] for q in queries])
+    def on_exit(self, queries) -> None:
+        self.respond([self.engine.tags[q.qid] for q in queries])
 
-    def on_fail(_err) -> None:  # let LoadGen finish: complete everything still outstanding
-        with rlock:
-            ids = list(outstanding)
-        respond(ids)
+    def on_fail(self, _err) -> None:  # let LoadGen finish: complete everything still outstanding
+        with self.rlock:
+            ids = list(self.outstanding)
+        self.respond(ids)
 
-    engine = make_engine(setup, threads=threads, warmup=warmup, on_exit=on_exit, on_fail=on_fail,
-                         record_outputs=record_outputs)
-
-    def issue_query(samples) -> None:
+    def issue_query(self, samples) -> None:
         ids = [s.id for s in samples]
-        if engine.failed:
-            respond(ids)
+        if self.engine.failed:
+            self.respond(ids)
             return
-        with rlock:
+        with self.rlock:
             for i in ids:
-                outstanding[i] = -1
+                self.outstanding[i] = -1
         try:
-            engine.submit([s.index for s in samples], tags=ids)
+            self.engine.submit([s.index for s in samples], tags=ids)
         except ReplayError:
-            respond(ids)
+            self.respond(ids)
 
-    def flush_queries() -> None:
+    def flush_queries(self) -> None:
         pass
 
-    def load_samples(indices) -> None:  # everything is in memory already
+    def load_samples(self, indices) -> None:  # everything is in memory already
         pass
 
+
+def _settings(lg, setup, target_qps: float):
+    """LoadGen's test settings (see the module docstring): exactly the workload's ``n_queries``, its seed."""
+    n = setup.workload.n_queries
+    seed = int(setup.cfg["workload"].get("seed", 0))
     settings = lg.TestSettings()
     settings.scenario = lg.TestScenario.Server
     settings.mode = lg.TestMode.PerformanceOnly
@@ -145,44 +172,49 @@ def replay_loadgen(config, out_dir, overrides: list[str] | None = None, *, devic
     settings.qsl_rng_seed = seed
     settings.sample_index_rng_seed = seed
     settings.schedule_rng_seed = seed
+    return settings
+
+
+def _log_settings(lg, out: Path):
     log = lg.LogSettings()
     log.log_output.outdir = str(out)
     log.log_output.copy_summary_to_stdout = False
     log.log_output.copy_detail_to_stdout = False
     log.enable_trace = False
+    return log
 
-    sut = lg.ConstructSUT(issue_query, flush_queries)
-    qsl = lg.ConstructQSL(n, n, load_samples, load_samples)
+
+def _run_test(lg, sut: _Sut, engine, settings, log, n: int, out: Path):
+    """LoadGen's test against the live engine; the engine's result (LoadGen's objects and its other files
+    removed afterwards, whatever happened)."""
+    lg_sut = lg.ConstructSUT(sut.issue_query, sut.flush_queries)
+    qsl = lg.ConstructQSL(n, n, sut.load_samples, sut.load_samples)
     engine.start_live()
     try:
-        lg.StartTestWithLogSettings(sut, qsl, settings, log)
+        lg.StartTestWithLogSettings(lg_sut, qsl, settings, log)
     finally:
         try:
             res = engine.finish_live()
         finally:
             lg.DestroyQSL(qsl)
-            lg.DestroySUT(sut)
+            lg.DestroySUT(lg_sut)
             for f in ("mlperf_log_trace.json", "mlperf_log_accuracy.json"):
                 p = out / f
                 if p.exists() and f not in KEEP:
                     p.unlink()
-    summary_path = out / "mlperf_log_summary.txt"
-    lgs = parse_summary(summary_path.read_text()) if summary_path.is_file() else {}
-    result = to_run_result(setup, res)
-    ours = _our_stats(result.queries)
-    comparison = {
-        "loadgen": lgs, "ours": ours, "target_qps": target_qps, "n_issued": len(res.queries),
+    return res
+
+
+def _comparison(lgs: dict, ours: dict, target_qps: float, n_issued: int) -> dict:
+    """``loadgen.json``: LoadGen's statistics beside ours and their relative differences."""
+    return {
+        "loadgen": lgs, "ours": ours, "target_qps": target_qps, "n_issued": n_issued,
         "relative_difference_ours_vs_loadgen": {
             k: (ours[k] - lgs[k]) / lgs[k] for k in ours if k in lgs and lgs[k] and math.isfinite(ours[k])
         },
         "note": "ours: from issue_query to completion; LoadGen: from its scheduled issue time to "
                 "QuerySamplesComplete",
     }
-    (out / "loadgen.json").write_text(json.dumps(comparison, indent=2) + "\n")
-    result.summary.update({f"loadgen_{k}": v for k, v in lgs.items()})
-    result.summary["loadgen_target_qps"] = target_qps
-    result.extra["loadgen"] = comparison
-    return result
 
 
 def _our_stats(df) -> dict:

@@ -1,4 +1,9 @@
-"""The SimPy engine and the device-sharing model."""
+"""The SimPy engine (:mod:`~dvasim.engines.sim.engine`), the device-sharing model
+(:mod:`~dvasim.engines.sim.device`) and the simulator's co-run profile for E-Ebird
+(:mod:`~dvasim.engines.sim.corun`).
+
+May import: simpy and the layers below the engines; never torch.
+"""
 
 from dvasim.engines.sim.device import MODES, Device
 from dvasim.engines.sim.engine import DeadlockError, SimResult, simulate

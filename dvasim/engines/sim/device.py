@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import simpy
 
+from dvasim.config.sections import SHARING_MODES
 from dvasim.core.operations import time_eps
 
-MODES = ("fluid", "exclusive", "parallel", "cores")
+MODES = SHARING_MODES  # declared with the [engine] section (dvasim.config.sections)
 
 
 class _Job:

@@ -1,5 +1,9 @@
 """The SimPy engine: one process per stage executor, one for arrivals, one for the front door's timer.
 
+:func:`simulate` builds a :class:`Simulation` and runs it: the simulation's methods are the callbacks and processes
+that move the run along (arrivals, the front door's timer, stage executions and their completions, the closed
+loop's clients), its attributes the state they share.
+
 The control state (batch table, batch queues, buffer pairs, executor states, policy) lives in
 :class:`dvasim.core.pipeline.Pipeline`; this module only adds time: arrivals at their instants, stage executions
 that take the time the :class:`~dvasim.engines.sim.device.Device` gives them, and the policy's wake-ups.
@@ -10,13 +14,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 
+import numpy as np
 import simpy
 
 from dvasim.core.pipeline import Pipeline
 from dvasim.core.query import Query
 from dvasim.engines.sim.device import Device
 from dvasim.reporting.records import RecordStore
+
+_URGENT = simpy.events.URGENT  # an event due before the normal ones of its instant
 
 
 class DeadlockError(RuntimeError):
@@ -129,357 +137,494 @@ def simulate(
     sees no gap: exact at saturation, at most one entry optimistic for a batch reaching an idle server) and the
     exit delays only the answers.
     ``corun_per_worker = k`` slows every execution by ``1 + k * (n - 1)`` while ``n`` run at once."""
-    t0 = time.perf_counter()
-    env = simpy.Environment()
-    device = Device(env, sharing, corun_slowdown, cores, corun_per_worker=corun_per_worker)
-    if batch_costs is not None and host is None:
-        raise ValueError("batch_costs need a host model")
-    if host is not None:
-        host_cores = Device(env, "cores", 1.0, host.cores)
-        cores_to_spare = host.cores >= pipeline.n_stages * pipeline.instances
-        interpreter_lock = Device(env, "cores", 1.0, 1)  # one lock: processor sharing of capacity one
-        stall = None
-        if host.stall_prob > 0 or host.stall_cluster_prob:
-            import numpy as np
+    return Simulation(pipeline, arrivals_ms, seq_lens, sharing=sharing, corun_slowdown=corun_slowdown,
+                      launch_overhead_ms=launch_overhead_ms, admission_delay_ms=admission_delay_ms,
+                      service_cv=service_cv, seed=seed, progress=progress, until_ms=until_ms,
+                      closed_clients=closed_clients, think_ms=think_ms, fail_soft=fail_soft, cores=cores, host=host,
+                      watchdog_events=watchdog_events, records=records, keep_queries=keep_queries,
+                      transfer=transfer, batch_costs=batch_costs, corun_per_worker=corun_per_worker).run()
 
-            rng_stall = np.random.default_rng([seed, 2])
-            stall_levels = np.linspace(0.0, 1.0, len(host.stall_ms))
-            stall_q = np.asarray(host.stall_ms, dtype=float)
-            last_stall = [-math.inf]
-            p_burst = host.stall_prob if host.stall_cluster_prob is None else host.stall_cluster_prob
 
-            def stall() -> float:  # one draw pair per launch, in launch order (deterministic per seed)
-                u, v = rng_stall.random(2)
-                in_burst = env.now - last_stall[0] < host.stall_window_ms
-                if u >= (p_burst if in_burst else host.stall_prob):
-                    return 0.0
-                if not in_burst:  # a stall outside a burst starts one (stalls inside it do not prolong it)
-                    last_stall[0] = env.now
-                return float(np.interp(v, stall_levels, stall_q))
-    jitter = None
-    if service_cv > 0:
-        import numpy as np
+class Simulation:
+    """One run of :func:`simulate` (same arguments; ``Simulation(...).run()`` is ``simulate(...)``).
 
-        sigma = math.sqrt(math.log1p(service_cv * service_cv))
-        rng = np.random.default_rng(seed)
-        jitter = lambda: float(rng.lognormal(-sigma * sigma / 2.0, sigma))  # noqa: E731
-    import numpy as np
+    Holds the SimPy environment, the device (and, with a host model, the host's launching cores, its interpreter
+    lock and the host-to-device link), the queries made so far, one executor per stage of every instance (a
+    mailbox slot each: the execution handed to it) and the front door's timer. Its methods are what happens in
+    the run: the arrivals reaching the front door (or the closed loop's clients sending), the pipeline deciding
+    (:meth:`poke`), stage executions launched and completed, and at the end the result collected."""
 
-    arrivals = np.asarray(arrivals_ms, dtype=np.float64)
-    lens = np.asarray(seq_lens)
-    if arrivals.ndim != 1 or lens.ndim != 1 or len(arrivals) != len(lens):
-        raise ValueError("arrivals_ms and seq_lens must have the same length")
-    n_total = len(arrivals)
-    if isinstance(admission_delay_ms, (list, tuple)):
-        levels = np.linspace(0.0, 1.0, len(admission_delay_ms))
-        quantiles = np.asarray(admission_delay_ms, dtype=float)
-        rng_admit = np.random.default_rng([seed, 1])
-
-        last_seen = [-math.inf]
-
-        def front_door_times(times: np.ndarray, carry: bool = False) -> np.ndarray:
-            # one receiving thread: in arrival order, each no earlier than the one before it -- with ``carry``,
-            # also no earlier than the last of the previous call (the open loop's arrivals, read in blocks: the
-            # draws are the same, block by block or at once)
-            seen = np.maximum.accumulate(np.append(last_seen[0] if carry else -math.inf,
-                                                   times + np.interp(rng_admit.random(len(times)), levels,
-                                                                     quantiles)))[1:]
-            if carry and len(seen):
-                last_seen[0] = seen[-1]
-            return seen
-    else:
-        def front_door_times(times: np.ndarray, carry: bool = False) -> np.ndarray:
-            return times + admission_delay_ms
-    pool = on_launch = None
-    link = None
-    if (transfer is not None and transfer.mode != "none") or batch_costs is not None:
-        from dvasim.server.transfer import PoolLink
-
-        link = PoolLink()  # one host-to-device link: copies one at a time
-    if transfer is not None and transfer.mode != "none":
-        if transfer.mode == "pool":
-            def pool(doors: np.ndarray, lengths) -> np.ndarray:
-                # queries of these lengths reach the front door at ``doors``: visible when their copies are done
-                return np.array([link.visible(t, transfer.query_ms(int(L))) for t, L in zip(doors.tolist(), lengths)])
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        arrivals_ms,
+        seq_lens,
+        *,
+        sharing: str = "fluid",
+        corun_slowdown: float = 1.0,
+        launch_overhead_ms: float = 0.0,
+        admission_delay_ms: float | list[float] = 0.0,
+        service_cv: float = 0.0,
+        seed: int = 0,
+        progress: bool = False,
+        until_ms: float | None = None,
+        closed_clients: int | None = None,
+        think_ms: float = 0.0,
+        fail_soft: bool = False,
+        cores: int = 2,
+        host=None,
+        watchdog_events: int = 1_000_000,
+        records: RecordStore | None = None,
+        keep_queries: bool = True,
+        transfer=None,
+        batch_costs=None,
+        corun_per_worker: float = 0.0,
+    ) -> None:
+        self.t0 = time.perf_counter()
+        self.pipeline = pipeline
+        self.env = simpy.Environment()
+        self.device = Device(self.env, sharing, corun_slowdown, cores, corun_per_worker=corun_per_worker)
+        if batch_costs is not None and host is None:
+            raise ValueError("batch_costs need a host model")
+        self.host, self.batch_costs, self.launch_overhead_ms = host, batch_costs, launch_overhead_ms
+        self.stalls = False  # host stalls drawn at launches
+        if host is not None:
+            self._build_host(seed)
+        self.jittered = service_cv > 0
+        if self.jittered:
+            self._build_jitter(service_cv, seed)
+        self._build_inputs(arrivals_ms, seq_lens, admission_delay_ms, seed)
+        self._build_transfer(transfer, batch_costs)
+        self.closed_clients, self.think_ms = closed_clients, think_ms
+        if closed_clients is not None:
+            if closed_clients < 1:
+                raise ValueError("closed_clients must be >= 1")
+        elif self.n_total and np.any(self.arrivals[1:] < self.arrivals[:-1]):
+            raise ValueError("arrivals_ms must be sorted (non-decreasing)")
+        self._build_records(records, keep_queries)
+        self.progress, self.until_ms, self.fail_soft = progress, until_ms, fail_soft
+        self.watchdog_events = watchdog_events
+        self.bar = None  # the progress bar, while running with ``progress``
+        self.n_stages = pipeline.n_stages
+        self.n_exec = self.n_stages * pipeline.instances  # one executor of every stage of every instance
+        self.mailbox: list = [None] * self.n_exec
+        self.timer_at = math.inf  # when the front door's armed timer fires (inf: none armed)
+        self.groups = _groups(self.arrivals, self.front_door_times,
+                              after=self._through_pool if self.pool else None)
+        self.due_group = None  # the group of arrivals an armed timeout brings to the front door
+        if host is None:
+            self._build_direct_executors()
         else:
-            def on_launch(ex) -> float:
-                # the batch's copy (a padding policy's dummy rows too), queued on the link: the time until done
-                now = env.now
-                return link.visible(now, transfer.batch_ms(ex.charged_batch_size, ex.seq_len)) - now
-    if closed_clients is not None:
-        if closed_clients < 1:
-            raise ValueError("closed_clients must be >= 1")
-    elif n_total and np.any(arrivals[1:] < arrivals[:-1]):
-        raise ValueError("arrivals_ms must be sorted (non-decreasing)")
-    if records is None:
-        records = RecordStore(n_total, pipeline.n_stages,
-                              arrivals=None if closed_clients is not None else arrivals)
-    kept: list[Query] | None = [] if keep_queries else None
-    live: dict[int, Query] = {}  # queries created and not yet left (the record of the others is in `records`)
+            self._build_host_executors()
 
-    created = [0]  # queries are made in id order, as they reach the pipeline
+    # ---------------------------------------------------------------- building the run
+    def _build_host(self, seed: int) -> None:
+        """The host model's resources: its launching cores, its interpreter lock and, if it stalls, the stalls'
+        generator."""
+        host, env, pipeline = self.host, self.env, self.pipeline
+        self.host_cores = Device(env, "cores", 1.0, host.cores)
+        self.cores_to_spare = host.cores >= pipeline.n_stages * pipeline.instances
+        self.interpreter_lock = Device(env, "cores", 1.0, 1)  # one lock: processor sharing of capacity one
+        if host.stall_prob > 0 or host.stall_cluster_prob:
+            self.stalls = True
+            self.rng_stall = np.random.default_rng([seed, 2])
+            self.stall_levels = np.linspace(0.0, 1.0, len(host.stall_ms))
+            self.stall_q = np.asarray(host.stall_ms, dtype=float)
+            self.last_stall = -math.inf
+            self.p_burst = host.stall_prob if host.stall_cluster_prob is None else host.stall_cluster_prob
 
-    def make_query(k: int, arrival: float) -> Query:
-        created[0] += 1
-        q = Query(k, arrival, int(lens[k]))
-        live[k] = q
-        if kept is not None:
-            kept.append(q)
+    def _draw_stall(self) -> float:
+        """A launch's host stall: one draw pair per launch, in launch order (deterministic per seed)."""
+        host, now = self.host, self.env.now
+        u, v = self.rng_stall.random(2)
+        in_burst = now - self.last_stall < host.stall_window_ms
+        if u >= (self.p_burst if in_burst else host.stall_prob):
+            return 0.0
+        if not in_burst:  # a stall outside a burst starts one (stalls inside it do not prolong it)
+            self.last_stall = now
+        return float(np.interp(v, self.stall_levels, self.stall_q))
+
+    def _build_jitter(self, service_cv: float, seed: int) -> None:
+        self.sigma = math.sqrt(math.log1p(service_cv * service_cv))
+        self.rng = np.random.default_rng(seed)
+
+    def _draw_jitter(self) -> float:
+        """An execution's time factor: log-normal of mean 1 and coefficient of variation ``service_cv``."""
+        sigma = self.sigma
+        return float(self.rng.lognormal(-sigma * sigma / 2.0, sigma))
+
+    def _build_inputs(self, arrivals_ms, seq_lens, admission_delay_ms, seed: int) -> None:
+        """The arrivals and lengths as arrays, and the admission delay's distribution (when it is one)."""
+        self.arrivals = np.asarray(arrivals_ms, dtype=np.float64)
+        self.lens = np.asarray(seq_lens)
+        if self.arrivals.ndim != 1 or self.lens.ndim != 1 or len(self.arrivals) != len(self.lens):
+            raise ValueError("arrivals_ms and seq_lens must have the same length")
+        self.n_total = len(self.arrivals)
+        self.admission_delay_ms = admission_delay_ms
+        self.admit_quantiles = None
+        if isinstance(admission_delay_ms, (list, tuple)):
+            self.admit_levels = np.linspace(0.0, 1.0, len(admission_delay_ms))
+            self.admit_quantiles = np.asarray(admission_delay_ms, dtype=float)
+            self.rng_admit = np.random.default_rng([seed, 1])
+            self.last_seen = -math.inf
+
+    def _build_transfer(self, transfer, batch_costs) -> None:
+        """The host-to-device link (one copy at a time) when inputs' copies are modelled."""
+        self.transfer = transfer
+        self.link = None
+        modelled = transfer is not None and transfer.mode != "none"
+        if modelled or batch_costs is not None:
+            from dvasim.server.transfer import PoolLink
+
+            self.link = PoolLink()  # one host-to-device link: copies one at a time
+        self.pool = modelled and transfer.mode == "pool"
+        self.copy_on_launch = modelled and transfer.mode != "pool"
+
+    def _build_records(self, records: RecordStore | None, keep_queries: bool) -> None:
+        if records is None:
+            records = RecordStore(self.n_total, self.pipeline.n_stages,
+                                  arrivals=None if self.closed_clients is not None else self.arrivals)
+        self.records = records
+        self.kept: list[Query] | None = [] if keep_queries else None
+        # queries created and not yet left (the record of the others is in `records`)
+        self.live: dict[int, Query] = {}
+        self.created = 0  # queries are made in id order, as they reach the pipeline
+        # a completion thread's work after the last stage: the answers leave this much later
+        self.answer_delay = 0.0
+        self.pipeline.exit_hook = self.on_exit
+
+    # ---------------------------------------------------------------- the front door
+    def front_door_times(self, times: np.ndarray, carry: bool = False) -> np.ndarray:
+        """When the front door sees queries arriving at ``times``: after the admission delay. For a distribution,
+        one receiving thread: in arrival order, each no earlier than the one before it -- with ``carry``, also no
+        earlier than the last of the previous call (the open loop's arrivals, read in blocks: the draws are the
+        same, block by block or at once)."""
+        if self.admit_quantiles is None:
+            return times + self.admission_delay_ms
+        seen = np.maximum.accumulate(np.append(self.last_seen if carry else -math.inf,
+                                               times + np.interp(self.rng_admit.random(len(times)),
+                                                                 self.admit_levels, self.admit_quantiles)))[1:]
+        if carry and len(seen):
+            self.last_seen = seen[-1]
+        return seen
+
+    def _through_pool(self, first: int, doors: np.ndarray) -> np.ndarray:
+        """Queries ``first..`` reaching the front door at ``doors`` are visible when their copies are done."""
+        return self._pool_visible(doors, self.lens[first:first + len(doors)])
+
+    def _pool_visible(self, doors: np.ndarray, lengths) -> np.ndarray:
+        # queries of these lengths reach the front door at ``doors``: visible when their copies are done
+        link, transfer = self.link, self.transfer
+        return np.array([link.visible(t, transfer.query_ms(int(L))) for t, L in zip(doors.tolist(), lengths)])
+
+    def _launch_copy_ms(self, ex) -> float:
+        # the batch's copy (a padding policy's dummy rows too), queued on the link: the time until done
+        now = self.env.now
+        return self.link.visible(now, self.transfer.batch_ms(ex.charged_batch_size, ex.seq_len)) - now
+
+    def make_query(self, k: int, arrival: float) -> Query:
+        """Query ``k``, reaching the pipeline now (the closed loop's; the open loop's are made by group)."""
+        self.created += 1
+        q = Query(k, arrival, int(self.lens[k]))
+        self.live[k] = q
+        if self.kept is not None:
+            self.kept.append(q)
         return q
 
-    answer_delay = [0.0]  # a completion thread's work after the last stage: the answers leave this much later
-
-    def on_exit(exited: list[Query]) -> None:
-        d = answer_delay[0]
+    def on_exit(self, exited: list[Query]) -> None:
+        """The pipeline's exit hook: queries leave (after any completion-thread work) and are recorded."""
+        d = self.answer_delay
+        live = self.live
         for q in exited:
             del live[q.qid]
             if d:
                 q.finish += d
-        records.add_many(exited)
+        self.records.add_many(exited)
 
-    pipeline.exit_hook = on_exit
-    n_stages = pipeline.n_stages
-    n_exec = n_stages * pipeline.instances  # one executor of every stage of every instance
-    mailbox: list = [None] * n_exec
-    timer_at = [math.inf]
-    schedule = env.schedule
-    URGENT = simpy.events.URGENT
-
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        # a terminal gets the bar (queries per second and the time left); a log file or CI does not
-        bar = tqdm(total=n_total, unit="q", unit_scale=True, desc="simulating", leave=False, disable=None,
-                   smoothing=0.1)
-
-    def poke(self_k: int = -1) -> None:
+    def poke(self, self_k: int = -1) -> None:
         """Let the pipeline start what it can. An execution for another executor starts when its wake-up is
         processed (after what is already due at this instant); one for ``self_k`` (the executor that has just
         finished) is left in its mailbox for the caller to start at once."""
-        now = env.now
-        for ex in pipeline.step(now):
+        now = self.env.now
+        mailbox, n_stages, wake_later = self.mailbox, self.n_stages, self.wake_later
+        for ex in self.pipeline.step(now):
             k = ex.lane * n_stages + ex.stage
             mailbox[k] = ex
             if k != self_k:
                 wake_later(k)
-        t = pipeline.wakeup_time()
-        if now < t < timer_at[0]:
-            timer_at[0] = t
+        t = self.pipeline.wakeup_time()
+        if now < t < self.timer_at:
+            self.timer_at = t
             # the timer is armed by an urgent event of its own at this instant (as a process starting would be)
-            _fire(lambda _e: env.timeout(t - env.now).callbacks.append(lambda _e2: front_door_fired(t)), URGENT)
+            self._fire(partial(self._arm_timer, t), _URGENT)
 
-    def _fire(callback, priority=simpy.events.NORMAL) -> None:
+    def _fire(self, callback, priority=simpy.events.NORMAL) -> None:
         """An event due now whose only effect is ``callback``."""
+        env = self.env
         ev = simpy.Event(env)
         ev._ok = True
         ev._value = None
         ev.callbacks.append(callback)
-        schedule(ev, priority)
+        env.schedule(ev, priority)
 
-    def front_door_fired(t: float) -> None:
-        if timer_at[0] == t:
-            timer_at[0] = math.inf
-        poke()
+    def _arm_timer(self, t: float, _ev) -> None:
+        env = self.env
+        env.timeout(t - env.now).callbacks.append(partial(self._front_door_fired, t))
+
+    def _front_door_fired(self, t: float, _ev) -> None:
+        if self.timer_at == t:
+            self.timer_at = math.inf
+        self.poke()
 
     # ---------------------------------------------------------------- open loop
-    groups = _groups(arrivals, front_door_times,
-                     after=None if pool is None else lambda first, seen: pool(seen, lens[first:first + len(seen)]))
-
-    def next_arrivals(_ev=None) -> None:
+    def next_arrivals(self, _ev=None) -> None:
         """Queries seen at the same time reach the front door together, before it decides; then the next group
-        is awaited (callbacks of a chain of timeouts: the events, and their order, of a process doing the same)."""
+        is awaited (callbacks of a chain of timeouts: the events, and their order, of a process doing the same).
+        Called when the arrivals start, then by each awaited group's timeout (``due_group``, arriving first)."""
+        env, groups = self.env, self.groups
+        group = self.due_group
+        if group is not None:
+            self.due_group = None
+            self._arrive(group)
         while True:
             group = next(groups, None)
             if group is None:
                 return
-            t, first, times = group
+            t = group[0]
             if t > env.now:
-                env.timeout(t - env.now).callbacks.append(lambda _e, g=group: arrive_group(g))
+                self.due_group = group
+                env.timeout(t - env.now).callbacks.append(self.next_arrivals)
                 return
-            arrive_group(group, chain=False)
+            self._arrive(group)
 
-    def arrive_group(group, chain: bool = True) -> None:
+    def _arrive(self, group) -> None:
+        """A group of queries reaches the front door: they are made and the pipeline decides."""
         _t, first, times = group
-        pipeline.arrive_many([make_query(k, a) for k, a in enumerate(times, start=first)], env.now)
-        poke()
-        if chain:
-            next_arrivals()
+        lens, live, kept = self.lens, self.live, self.kept
+        queries = [Query(k, a, int(lens[k])) for k, a in enumerate(times, start=first)]
+        self.created += len(queries)
+        for q in queries:
+            live[q.qid] = q
+        if kept is not None:
+            kept.extend(queries)
+        self.pipeline.arrive_many(queries, self.env.now)
+        self.poke()
 
     # ---------------------------------------------------------------- closed loop
-    def closed_clients_send(n: int, delay: float):
-        # ``n`` clients whose answers came back together send their next queries together
+    def closed_clients_send(self, n: int, delay: float):
+        """``n`` clients whose answers came back together send their next queries together (a process)."""
+        env = self.env
         if delay > 0:
             yield env.timeout(delay)
         sent = []
         for _ in range(n):
-            if created[0] < n_total:
-                sent.append(make_query(created[0], env.now))
+            if self.created < self.n_total:
+                sent.append(self.make_query(self.created, env.now))
         if sent:
-            door = front_door_times(np.full(len(sent), env.now))
-            if pool is not None:
-                door = pool(door, [q.seq_len for q in sent])
+            door = self.front_door_times(np.full(len(sent), env.now))
+            if self.pool:
+                door = self._pool_visible(door, [q.seq_len for q in sent])
             delay = float(door.max()) - env.now
             if delay > 0:
                 yield env.timeout(delay)
         for q in sent:
-            pipeline.arrive(q, env.now)
-        poke()
+            self.pipeline.arrive(q, env.now)
+        self.poke()
 
     # ---------------------------------------------------------------- stage executions
-    def after_finish(ex) -> None:
+    def after_finish(self, ex) -> None:
+        """A stage execution is done: the pipeline moves its queries on; those that left update the progress bar
+        and, in a closed loop, bring their clients' next queries."""
+        pipeline = self.pipeline
         n_before = pipeline.n_exited
-        pipeline.finish(ex, env.now)
+        pipeline.finish(ex, self.env.now)
         n_exited = pipeline.n_exited - n_before
         if n_exited:
-            if bar is not None:
-                bar.update(n_exited)
-            if closed_clients is not None:  # the answers reach the clients after any completion-thread work
-                env.process(closed_clients_send(n_exited, think_ms + answer_delay[0]))
+            if self.bar is not None:
+                self.bar.update(n_exited)
+            if self.closed_clients is not None:  # the answers reach the clients after any completion-thread work
+                self.env.process(self.closed_clients_send(n_exited, self.think_ms + self.answer_delay))
 
-    if host is None:
-        on_device = device.hosts_launch_work
-        extra = launch_overhead_ms if on_device else 0.0
-        # an executor is ready once its start-up (an urgent event at time 0, as a process's) has been processed;
-        # an execution handed to it before then starts at its start-up
-        ready = [False] * n_exec
+    # ---- without a host model: callbacks of events, per executor ``k``
+    def _build_direct_executors(self) -> None:
+        """Executors without a host model. An executor is ready once its start-up (an urgent event at time 0, as
+        a process's) has been processed; an execution handed to it before then starts at its start-up."""
+        self.on_device = self.device.hosts_launch_work
+        self.extra = self.launch_overhead_ms if self.on_device else 0.0  # launch work done on the device
+        # host-side work before the device: the launch overhead (unless the device does it)
+        self.pre_launch = self.launch_overhead_ms if not self.on_device else 0.0
+        self.ready = [False] * self.n_exec
+        self.start_cbs = [partial(self._start, k) for k in range(self.n_exec)]
+        self.finished_cbs = [partial(self._finished, k) for k in range(self.n_exec)]
+        self.wake_later = self._wake_direct
 
-        def make_executor(k: int):
-            def run_on_device(ex) -> None:
-                work = ex.standalone_ms * (jitter() if jitter is not None else 1.0)
-                device.run(work + extra, ex.demand).callbacks.append(finished)
+    def _wake_direct(self, k: int) -> None:
+        if self.ready[k]:
+            self._fire(self.start_cbs[k])
 
-            def start(_ev=None) -> None:
-                ex = mailbox[k]
-                # host-side work before the device: the launch overhead (unless the device does it), and for a
-                # batch's first stage under [engine.transfer] on_launch its input copy
-                pre = launch_overhead_ms if not on_device else 0.0
-                if on_launch is not None and ex.stage == 0:
-                    pre += on_launch(ex)
-                if pre > 0:
-                    env.timeout(pre).callbacks.append(lambda _e: run_on_device(ex))
-                else:
-                    run_on_device(ex)
+    def _startup(self, k: int, _ev) -> None:
+        self.ready[k] = True
+        if self.mailbox[k] is not None:
+            self._start(k)
 
-            def finished(_ev) -> None:
-                ex = mailbox[k]
-                mailbox[k] = None
-                after_finish(ex)
-                poke(k)
-                if mailbox[k] is not None:  # this executor goes on at once with its next batch
-                    start()
-
-            def startup(_ev) -> None:
-                ready[k] = True
-                if mailbox[k] is not None:
-                    start()
-
-            return start, startup
-
-        executors = [make_executor(k) for k in range(n_exec)]
-
-        def wake_later(k: int) -> None:
-            if ready[k]:
-                _fire(executors[k][0])
-    else:
-        wake = [env.event() for _ in range(n_exec)]
-
-        def host_launch(ex):
-            # hand-off and Python-level copies (holding the lock), then the launch on a core while the GPU works
-            if on_launch is not None and ex.stage == 0:  # first the batch's input copy ([engine.transfer])
-                copy = on_launch(ex)
-                if copy > 0:
-                    yield env.timeout(copy)
-            f = jitter() if jitter is not None else 1.0
-            b = ex.charged_batch_size  # a padding policy's dummy rows are copied and launched too
-            locked = host.locked(ex.stage, b) * f + launch_overhead_ms
-            if locked > 0:
-                yield interpreter_lock.run(locked)
-            entry = batch_costs is not None and ex.stage == 0  # the requests' handling, the inputs' gathering, copy
-            if entry and batch_costs.idle_between_batches:  # before the GPU starts: it idles for this instance
-                yield from batch_entry(ex, b)
-            g, demand = host.gpu(ex)
-            gpu = device.run(g * f, demand)
-            if entry and not batch_costs.idle_between_batches:  # asynchronous copies: beside the GPU's work
-                yield from batch_entry(ex, b)
-            launch = host.launch(ex.stage, b, ex.seq_len) * f + (stall() if stall is not None else 0.0)
-            if launch > 0:
-                if host.locks_launch:
-                    yield interpreter_lock.run(launch)
-                elif cores_to_spare:  # never more launches at once than cores: none waits for a core
-                    yield env.timeout(launch)
-                else:
-                    yield host_cores.run(launch)
-            yield gpu
-            if batch_costs is not None and ex.stage == n_stages - 1:  # synchronise and copy the outputs back
-                post = batch_costs.exit_ms(b)
-                if batch_costs.idle_between_batches:
-                    if post > 0:
-                        yield env.timeout(post)
-                else:
-                    answer_delay[0] = post
-
-        def batch_entry(ex, b):
-            pre = batch_costs.entry_host_ms(b, ex.seq_len)
-            if pre > 0:
-                yield (interpreter_lock.run(pre) if batch_costs.python_level else env.timeout(pre))
-            h2d = batch_costs.h2d_ms(b, ex.seq_len)
-            if h2d > 0:
-                yield env.timeout(link.visible(env.now, h2d) - env.now)
-
-        def executor(k: int):
-            while True:
-                if mailbox[k] is None:
-                    yield wake[k]
-                ex = mailbox[k]
-                mailbox[k] = None
-                yield from host_launch(ex)
-                after_finish(ex)
-                answer_delay[0] = 0.0
-                poke(k)
-
-        def wake_later(k: int) -> None:
-            ev = wake[k]
-            wake[k] = env.event()
-            ev.succeed()
-
-    if closed_clients is None:
-        _fire(next_arrivals, URGENT)  # where the arrivals process would start
-    else:
-        env.process(closed_clients_send(closed_clients, 0.0))
-    for k in range(n_exec):
-        if host is None:
-            _fire(executors[k][1], URGENT)
+    def _start(self, k: int, _ev=None) -> None:
+        """Executor ``k`` launches the execution in its mailbox: host-side work first (the launch overhead, and
+        for a batch's first stage under [engine.transfer] on_launch its input copy), then the device's."""
+        ex = self.mailbox[k]
+        pre = self.pre_launch
+        if self.copy_on_launch and ex.stage == 0:
+            pre += self._launch_copy_ms(ex)
+        if pre > 0:
+            self.env.timeout(pre).callbacks.append(partial(self._run_on_device, k, ex))
         else:
-            env.process(executor(k))
-    failure = None
-    try:
-        if until_ms is None:
-            _run_watched(env, pipeline, watchdog_events)
+            self._run_on_device(k, ex)
+
+    def _run_on_device(self, k: int, ex, _ev=None) -> None:
+        work = ex.standalone_ms * (self._draw_jitter() if self.jittered else 1.0)
+        self.device.run(work + self.extra, ex.demand).callbacks.append(self.finished_cbs[k])
+
+    def _finished(self, k: int, _ev) -> None:
+        mailbox = self.mailbox
+        ex = mailbox[k]
+        mailbox[k] = None
+        self.after_finish(ex)
+        self.poke(k)
+        if mailbox[k] is not None:  # this executor goes on at once with its next batch
+            self._start(k)
+
+    # ---- with a host model: one process per executor
+    def _build_host_executors(self) -> None:
+        self.wake = [self.env.event() for _ in range(self.n_exec)]
+        self.wake_later = self._wake_process
+
+    def _wake_process(self, k: int) -> None:
+        wake = self.wake
+        ev = wake[k]
+        wake[k] = self.env.event()
+        ev.succeed()
+
+    def _host_executor(self, k: int):
+        """Executor ``k`` with a host model (a process): waits for an execution, launches it from the host, and
+        hands it back to the pipeline when done."""
+        mailbox, wake = self.mailbox, self.wake
+        while True:
+            if mailbox[k] is None:
+                yield wake[k]
+            ex = mailbox[k]
+            mailbox[k] = None
+            yield from self._host_launch(ex)
+            self.after_finish(ex)
+            self.answer_delay = 0.0
+            self.poke(k)
+
+    def _host_launch(self, ex):
+        """Hand-off and Python-level copies (holding the lock), then the launch on a core while the GPU works;
+        with per-batch costs the batch's entry at its first stage and its exit after its last."""
+        env, host, batch_costs, lock = self.env, self.host, self.batch_costs, self.interpreter_lock
+        if self.copy_on_launch and ex.stage == 0:  # first the batch's input copy ([engine.transfer])
+            copy = self._launch_copy_ms(ex)
+            if copy > 0:
+                yield env.timeout(copy)
+        f = self._draw_jitter() if self.jittered else 1.0
+        b = ex.charged_batch_size  # a padding policy's dummy rows are copied and launched too
+        locked = host.locked(ex.stage, b) * f + self.launch_overhead_ms
+        if locked > 0:
+            yield lock.run(locked)
+        entry = batch_costs is not None and ex.stage == 0  # the requests' handling, the inputs' gathering, copy
+        if entry and batch_costs.idle_between_batches:  # before the GPU starts: it idles for this instance
+            yield from self._batch_entry(ex, b)
+        g, demand = host.gpu(ex)
+        gpu = self.device.run(g * f, demand)
+        if entry and not batch_costs.idle_between_batches:  # asynchronous copies: beside the GPU's work
+            yield from self._batch_entry(ex, b)
+        launch = host.launch(ex.stage, b, ex.seq_len) * f + (self._draw_stall() if self.stalls else 0.0)
+        if launch > 0:
+            if host.locks_launch:
+                yield lock.run(launch)
+            elif self.cores_to_spare:  # never more launches at once than cores: none waits for a core
+                yield env.timeout(launch)
+            else:
+                yield self.host_cores.run(launch)
+        yield gpu
+        if batch_costs is not None and ex.stage == self.n_stages - 1:  # synchronise and copy the outputs back
+            post = batch_costs.exit_ms(b)
+            if batch_costs.idle_between_batches:
+                if post > 0:
+                    yield env.timeout(post)
+            else:
+                self.answer_delay = post
+
+    def _batch_entry(self, ex, b: int):
+        """A batch's entry: the requests' handling and the inputs' gathering, then their copy on the link."""
+        env, batch_costs = self.env, self.batch_costs
+        pre = batch_costs.entry_host_ms(b, ex.seq_len)
+        if pre > 0:
+            yield (self.interpreter_lock.run(pre) if batch_costs.python_level else env.timeout(pre))
+        h2d = batch_costs.h2d_ms(b, ex.seq_len)
+        if h2d > 0:
+            yield env.timeout(self.link.visible(env.now, h2d) - env.now)
+
+    # ---------------------------------------------------------------- running
+    def run(self) -> SimResult:
+        """Run to the end (or ``until_ms``, an interrupt, or with ``fail_soft`` an error) and collect the result."""
+        if self.progress:
+            self.bar = _progress_bar(self.n_total)
+        self._start_processes()
+        failure = None
+        try:
+            if self.until_ms is None:
+                _run_watched(self.env, self.pipeline, self.watchdog_events)
+            else:
+                self.env.run(until=self.until_ms)
+        except KeyboardInterrupt:
+            failure = f"interrupted at simulated time {self.env.now:.3f} ms"
+        except Exception as e:  # keep every record collected so far; the caller reports the failure
+            if not self.fail_soft:
+                raise
+            failure = f"{type(e).__name__} at simulated time {self.env.now:.3f} ms: {e}"
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+        return self._collect(failure)
+
+    def _start_processes(self) -> None:
+        """The arrivals (or the closed loop's clients), then every executor's start-up, at time 0."""
+        env = self.env
+        if self.closed_clients is None:
+            self._fire(self.next_arrivals, _URGENT)  # where the arrivals process would start
         else:
-            env.run(until=until_ms)
-    except KeyboardInterrupt:
-        failure = f"interrupted at simulated time {env.now:.3f} ms"
-    except Exception as e:  # keep every record collected so far; the caller reports the failure
-        if not fail_soft:
-            raise
-        failure = f"{type(e).__name__} at simulated time {env.now:.3f} ms: {e}"
-    finally:
-        if bar is not None:
-            bar.close()
-    stuck = failure
-    n_done = pipeline.n_exited
-    # every query is in the records: those still inside the pipeline, then those that never reached it
-    inside = sorted(live)
-    records.add_many([live[k] for k in inside])
-    for k in range(created[0], n_total):
-        records.add_unseen(k, int(lens[k]))
-    records.close()
-    if failure is None and n_done < n_total:
-        first = (inside + list(range(created[0], min(n_total, created[0] + 10))))[:10]
-        stuck = (f"{n_total - n_done} of {n_total} queries never finished (first ids {first}); "
-                 + pipeline.stuck_report())
-    return SimResult(kept, pipeline, env.now, time.perf_counter() - t0, device.busy_time, stuck, records)
+            env.process(self.closed_clients_send(self.closed_clients, 0.0))
+        for k in range(self.n_exec):
+            if self.host is None:
+                self._fire(partial(self._startup, k), _URGENT)
+            else:
+                env.process(self._host_executor(k))
+
+    def _collect(self, failure: str | None) -> SimResult:
+        """Every query's record: those still inside the pipeline, then those that never reached it; ``stuck``
+        says why the run stopped early, or which queries never finished."""
+        pipeline, records, live, n_total = self.pipeline, self.records, self.live, self.n_total
+        stuck = failure
+        n_done = pipeline.n_exited
+        inside = sorted(live)
+        records.add_many([live[k] for k in inside])
+        for k in range(self.created, n_total):
+            records.add_unseen(k, int(self.lens[k]))
+        records.close()
+        if failure is None and n_done < n_total:
+            first = (inside + list(range(self.created, min(n_total, self.created + 10))))[:10]
+            stuck = (f"{n_total - n_done} of {n_total} queries never finished (first ids {first}); "
+                     + pipeline.stuck_report())
+        return SimResult(self.kept, pipeline, self.env.now, time.perf_counter() - self.t0, self.device.busy_time,
+                         stuck, records)
+
+
+def _progress_bar(n_total: int):
+    from tqdm import tqdm
+
+    # a terminal gets the bar (queries per second and the time left); a log file or CI does not
+    return tqdm(total=n_total, unit="q", unit_scale=True, desc="simulating", leave=False, disable=None,
+                smoothing=0.1)
 
 
 def _groups(arrivals, front_door_times, block: int = 1 << 16, after=None):

@@ -1,4 +1,5 @@
-"""Measure per-operator and per-stage latency tables of a zoo model (``dvasim profile``).
+"""Measure per-operator and per-stage latency tables of a zoo model (``dvasim profile``, whose arguments and
+printing are :mod:`dvasim.cli.profile`).
 
 Method
 ------
@@ -38,13 +39,11 @@ model and variant, and (for stage tables) the slicing.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import functools
 import math
 import os
 import platform
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dvasim.errors import ConfigError, DvasimError
+from dvasim.errors import ConfigError
 from dvasim.model.slicing import (
     balance,
     format_slicing,
@@ -68,7 +67,6 @@ __all__ = [
     "to_table",
     "save_profile",
     "device_name",
-    "cli_profile",
     "CpuMonitor",
     "DEFAULT_WARMUP",
     "DEFAULT_REPEATS",
@@ -563,17 +561,9 @@ def profile_ops(
 
     ops = graph_ops(device) if use_graphs else None
     passes = functools.partial(_graph_passes, ops=ops) if use_graphs else _timed_passes
-    rows: list[dict] = []
     t0 = time.perf_counter()
-    with _Threads(threads) as used:
-        for bs in bss:
-            for sl in sls or [None]:
-                x = _example(model, bs, sl, device, seed)
-                times, foreign, att = _measure_quiet(
-                    lambda x=x: passes(units, x, device, warmup, repeats), max_foreign_load, retries, 2.0
-                )
-                rows.extend(_stats_rows(times, names, bs, sl, foreign, att))
-    df = pd.DataFrame(rows)
+    df, used = _measure_units(model, units, names, bss, sls, device, warmup, repeats, threads, seed, passes,
+                              max_foreign_load, retries)
     prov = _base_provenance(model, device, used, warmup, repeats, "per-operator")
     _graph_provenance(prov, use_graphs, ops, sls)
     prov["machine load"] = _foreign_summary(df)
@@ -632,69 +622,28 @@ def profile_stages(
     ref_sl = None if sls is None else (reference_seq_len(sls) if slice_seq_len is None else int(slice_seq_len))
     t0 = time.perf_counter()
     if cuts is not None:
-        bounds = slice_at(n, cuts, field="--cuts")
-        ref_times = None
-        method = "at-cuts"
+        bounds, ref_times, method = slice_at(n, cuts, field="--cuts"), None, "at-cuts"
     else:
         if op_profile is None:
             op_profile = profile_ops(
                 model, [ref_bs], None if ref_sl is None else [ref_sl], device, warmup, repeats, threads,
                 seed=seed, max_foreign_load=max_foreign_load, retries=retries,
             )
-        sel = op_profile[op_profile["batch_size"] == ref_bs]
-        if ref_sl is not None and "seq_len" in sel.columns:
-            sel = sel[sel["seq_len"] == ref_sl]
-        ref_times = sel.sort_values("stage")["latency_ms"].to_numpy()
-        if ref_times.size != n:
-            raise ConfigError("--slice-batch-size", f"the operator profile has no complete point at bs={ref_bs}")
-        if n_stages is not None:
-            bounds = slice_even(ref_times, n_stages)
-            method = "time-even"
-        else:
-            bounds = slice_ratios(ref_times, ratios, field="--ratios")
-            method = "ratios"
-    at = f"at bs={ref_bs}" + ("" if ref_sl is None else f" seq_len={ref_sl}")
-    ends = [*bounds[1:], n]
+        ref_times = _reference_op_times(op_profile, n, ref_bs, ref_sl)
+        bounds, method = _slice_by_time(ref_times, n_stages, ratios)
     _move_model(model, device)
-    if modules is None or modules == "auto":
-        modules = "eager" if device == "cpu" else "cudagraph"
-    if modules not in ("eager", "torchscript", "cudagraph"):
-        raise ConfigError("--modules", f"must be eager, torchscript or cudagraph, got {modules!r}")
-    kind = modules
-    modules = [model.stage_module(a, b) for a, b in zip(bounds, ends, strict=True)]
-    if device != "cpu":
-        for m in modules:
-            m.to(device)
-    if kind == "torchscript":
-        from dvasim.model.stages.compiled import stage_modules
-
-        modules = stage_modules(model, list(bounds), "torchscript")
-    names = [f"ops {a}-{b - 1}" for a, b in zip(bounds, ends, strict=True)]
+    kind, units, names = _stage_units(model, bounds, device, modules)
     from dvasim.model.stages.graphs import graph_ops
 
     ops = graph_ops(device) if kind == "cudagraph" else None
     passes = functools.partial(_graph_passes, ops=ops) if kind == "cudagraph" else _timed_passes
-    rows: list[dict] = []
-    with _Threads(threads) as used:
-        for bs in bss:
-            for sl in sls or [None]:
-                x = _example(model, bs, sl, device, seed)
-                times, foreign, att = _measure_quiet(
-                    lambda x=x: passes(modules, x, device, warmup, repeats), max_foreign_load, retries, 2.0
-                )
-                rows.extend(_stats_rows(times, names, bs, sl, foreign, att))
-    df = pd.DataFrame(rows)
+    df, used = _measure_units(model, units, names, bss, sls, device, warmup, repeats, threads, seed, passes,
+                              max_foreign_load, retries)
     prov = _base_provenance(model, device, used, warmup, repeats, "per-stage")
     prov["modules"] = kind
     _graph_provenance(prov, kind == "cudagraph", ops, sls)
     prov["machine load"] = _foreign_summary(df)
-    bal = balance(ref_times, bounds) if ref_times is not None else float("nan")
-    prov["slicing"] = format_slicing(method, bounds, bal, at)
-    ref = df[df["batch_size"] == ref_bs]
-    if ref_sl is not None:
-        ref = ref[ref["seq_len"] == ref_sl]
-    meas = ref["latency_ms"].to_numpy()
-    prov["measured balance"] = f"{float(meas.max() / meas.min()):.3f} {at}"
+    _slicing_provenance(prov, df, method, bounds, ref_times, ref_bs, ref_sl)
     prov["operators"] = str(n)
     prov["stages"] = str(len(bounds))
     prov["spread"] = _spread_summary(df)
@@ -703,6 +652,75 @@ def profile_stages(
     df.attrs["bounds"] = list(bounds)
     df.attrs["name"] = f"{prov['model']}_{prov['variant']}_{len(bounds)}st"
     return df
+
+
+def _reference_op_times(op_profile: pd.DataFrame, n: int, ref_bs: int, ref_sl: int | None) -> np.ndarray:
+    """The operator times the slicing uses: ``op_profile``'s point at ``ref_bs`` (and ``ref_sl``), in operator
+    order; every one of the ``n`` operators must be there."""
+    sel = op_profile[op_profile["batch_size"] == ref_bs]
+    if ref_sl is not None and "seq_len" in sel.columns:
+        sel = sel[sel["seq_len"] == ref_sl]
+    ref_times = sel.sort_values("stage")["latency_ms"].to_numpy()
+    if ref_times.size != n:
+        raise ConfigError("--slice-batch-size", f"the operator profile has no complete point at bs={ref_bs}")
+    return ref_times
+
+
+def _slice_by_time(ref_times: np.ndarray, n_stages: int | None, ratios) -> tuple[list[int], str]:
+    """Stage bounds from operator times: time-even into ``n_stages``, else by the time shares ``ratios``."""
+    if n_stages is not None:
+        return slice_even(ref_times, n_stages), "time-even"
+    return slice_ratios(ref_times, ratios, field="--ratios"), "ratios"
+
+
+def _stage_units(model, bounds, device: str, modules: str | None) -> tuple[str, list, list[str]]:
+    """The module kind (``auto`` or ``None``: eager on a CPU, CUDA graphs on a GPU), the stage modules to time
+    (on ``device``; TorchScript ones traced and frozen) and their names (``ops a-b``)."""
+    if modules is None or modules == "auto":
+        modules = "eager" if device == "cpu" else "cudagraph"
+    if modules not in ("eager", "torchscript", "cudagraph"):
+        raise ConfigError("--modules", f"must be eager, torchscript or cudagraph, got {modules!r}")
+    ends = [*bounds[1:], model.n_ops()]
+    units = [model.stage_module(a, b) for a, b in zip(bounds, ends, strict=True)]
+    if device != "cpu":
+        for m in units:
+            m.to(device)
+    if modules == "torchscript":
+        from dvasim.model.stages.compiled import stage_modules
+
+        units = stage_modules(model, list(bounds), "torchscript")
+    return modules, units, [f"ops {a}-{b - 1}" for a, b in zip(bounds, ends, strict=True)]
+
+
+def _measure_units(model, units, names, bss, sls, device: str, warmup: int, repeats: int, threads: int | None,
+                   seed: int, passes, max_foreign_load: float | None, retries: int) -> tuple[pd.DataFrame, int]:
+    """Every (batch size[, seq_len]) point of ``units`` timed by ``passes`` (on a quiet machine where asked),
+    one row per unit and point (:func:`_stats_rows`); returns the frame and the intra-op threads used."""
+    rows: list[dict] = []
+    with _Threads(threads) as used:
+        for bs in bss:
+            for sl in sls or [None]:
+                x = _example(model, bs, sl, device, seed)
+                times, foreign, att = _measure_quiet(
+                    lambda x=x: passes(units, x, device, warmup, repeats), max_foreign_load, retries, 2.0
+                )
+                rows.extend(_stats_rows(times, names, bs, sl, foreign, att))
+    return pd.DataFrame(rows), used
+
+
+def _slicing_provenance(prov: dict, df: pd.DataFrame, method: str, bounds, ref_times, ref_bs: int,
+                        ref_sl: int | None) -> None:
+    """``slicing`` (method, bounds, the balance the operator times predicted) and ``measured balance`` (the
+    stages' slowest over fastest at the reference point)."""
+    at = f"at bs={ref_bs}" + ("" if ref_sl is None else f" seq_len={ref_sl}")
+    bal = balance(ref_times, bounds) if ref_times is not None else float("nan")
+    prov["slicing"] = format_slicing(method, bounds, bal, at)
+    prov["cuts"] = ",".join(str(int(b)) for b in bounds)  # the bounds as data (LatencyTable.cuts)
+    ref = df[df["batch_size"] == ref_bs]
+    if ref_sl is not None:
+        ref = ref[ref["seq_len"] == ref_sl]
+    meas = ref["latency_ms"].to_numpy()
+    prov["measured balance"] = f"{float(meas.max() / meas.min()):.3f} {at}"
 
 
 def _graph_provenance(prov: dict, graphs: bool, ops, sls) -> None:
@@ -738,198 +756,3 @@ def save_profile(df: pd.DataFrame, path, stats: bool = True):
     if stats:
         df.to_csv(stats_path(path), index=False, lineterminator="\n", float_format="%.6g")
     return table
-
-
-# ----------------------------------------------------------------------------- CLI
-class _ArgError(Exception):
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage dump
-        field = "arguments"
-        for word in str(message).replace(",", " ").split():
-            if word.startswith("--"):
-                field = word.rstrip(":")
-                break
-        raise _ArgError(field, message)
-
-
-def _int_list(text: str, field: str, example: str) -> list[int]:
-    try:
-        vals = [int(v) for v in str(text).split(",") if v.strip() != ""]
-    except ValueError:
-        vals = []
-    if not vals or any(v < 1 for v in vals):
-        raise _ArgError(field, f"must be a comma-separated list of positive integers, e.g. {example}; got {text!r}")
-    return sorted(set(vals))
-
-
-def _build_parser() -> _Parser:
-    p = _Parser(
-        prog="dvasim profile",
-        description="Measure a per-stage (or per-operator) latency table of a zoo model on this machine.",
-    )
-    p.add_argument("--model", required=True, help="zoo model name")
-    p.add_argument("--variant", default="small", help="small (default) or full")
-    p.add_argument("--stages", default=None, help="number of time-even stages (1..number of operators)")
-    p.add_argument("--cuts", default=None, help="slice at these operator indices instead, e.g. 10,25")
-    p.add_argument("--ratios", default=None, help="slice by time shares instead, e.g. 0.3,0.7")
-    p.add_argument("--per-op", action="store_true", help="write a per-operator table (stage = operator index)")
-    p.add_argument("--modules", default=None,
-                   help="on cuda: the module kinds whose host launch cost goes to <out>.launch.csv (comma-separated "
-                        "among eager,torchscript,cudagraph; default all three; the table is always the GPU time of "
-                        "CUDA graph replays); on cpu: how the table's stages run, one of eager (default), "
-                        "torchscript, cudagraph (the CPU stand-in graphs, a bucketed table)")
-    p.add_argument("--launch", default=None,
-                   help="the kinds for <out>.launch.csv, overriding --modules (comma-separated, or 'none'; "
-                        "default on cpu: none)")
-    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--batch-sizes", default="1,2,4,8", help="comma-separated, default 1,2,4,8")
-    p.add_argument("--seq-lens", default=None, help="comma-separated sequence lengths (token models only)")
-    p.add_argument("--slice-batch-size", default=None, help="batch size the slicing uses (default: smallest)")
-    p.add_argument("--repeats", default=str(DEFAULT_REPEATS), help=f"timed passes per point (default {DEFAULT_REPEATS})")
-    p.add_argument("--warmup", default=str(DEFAULT_WARMUP), help=f"untimed passes per point (default {DEFAULT_WARMUP})")
-    p.add_argument("--threads", default=str(DEFAULT_THREADS), help=f"torch intra-op threads (default {DEFAULT_THREADS})")
-    p.add_argument("--seed", default="0", help="weight seed (default 0)")
-    p.add_argument("--max-foreign-load", default=None,
-                   help="re-measure a point if other processes used more than this many cores meanwhile")
-    p.add_argument("--no-stats", action="store_true", help="do not write the <out>.stats.csv spread file")
-    p.add_argument("--out", required=True, help="output CSV path")
-    return p
-
-
-def _parse_int(text, field: str, lo: int, what: str) -> int:
-    try:
-        v = int(str(text))
-    except ValueError:
-        raise _ArgError(field, f"must be {what}, got {text!r}") from None
-    if v < lo:
-        raise _ArgError(field, f"must be {what}, got {text!r}")
-    return v
-
-
-def cli_profile(argv: Sequence[str] | None = None) -> int:
-    """``dvasim profile ...``: returns the exit status (0 ok, 2 bad arguments)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        try:
-            args = _build_parser().parse_args(argv)
-        except SystemExit as exc:  # --help
-            return int(exc.code or 0)
-        from dvasim.model import zoo
-
-        if args.model not in zoo.MODEL_NAMES:
-            raise _ArgError("--model", f"must be one of {', '.join(zoo.MODEL_NAMES)}; got {args.model!r}")
-        if args.variant not in ("small", "full"):
-            raise _ArgError("--variant", f"must be small or full; got {args.variant!r}")
-        if args.device not in ("cpu", "cuda") and not str(args.device).startswith("cuda:"):
-            raise _ArgError("--device", f"must be cpu or cuda; got {args.device!r}")
-        bss = _int_list(args.batch_sizes, "--batch-sizes", "1,2,4,8")
-        sls = None if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens", "16,32,64")
-        repeats = _parse_int(args.repeats, "--repeats", 1, "an integer >= 1")
-        warmup = _parse_int(args.warmup, "--warmup", 0, "an integer >= 0")
-        threads = _parse_int(args.threads, "--threads", 1, "an integer >= 1")
-        seed = _parse_int(args.seed, "--seed", 0, "an integer >= 0")
-        max_load = None
-        if args.max_foreign_load is not None:
-            try:
-                max_load = float(args.max_foreign_load)
-            except ValueError:
-                max_load = -1.0
-            if not max_load >= 0:
-                raise _ArgError("--max-foreign-load", f"must be a number of cores >= 0; got {args.max_foreign_load!r}")
-        n_given = sum(x is not None for x in (args.stages, args.cuts, args.ratios))
-        if args.per_op and n_given:
-            raise _ArgError("--per-op", "a per-operator table takes no --stages/--cuts/--ratios (slice it later)")
-        if not args.per_op and n_given != 1:
-            raise _ArgError("--stages", "give exactly one of --stages N, --cuts I,J,.. or --ratios A,B,.. (or --per-op)")
-        stages = None if args.stages is None else _parse_int(args.stages, "--stages", 1, "an integer >= 1")
-        cuts = None
-        if args.cuts is not None:
-            try:
-                cuts = [int(v) for v in args.cuts.split(",") if v.strip()]
-            except ValueError:
-                raise _ArgError("--cuts", f"must be comma-separated operator indices, e.g. 10,25; got {args.cuts!r}") from None
-        ratios = None
-        if args.ratios is not None:
-            try:
-                ratios = [float(v) for v in args.ratios.split(",") if v.strip()]
-            except ValueError:
-                raise _ArgError("--ratios", f"must be comma-separated positive numbers, e.g. 0.3,0.7; got {args.ratios!r}") from None
-            if len(ratios) == 1:
-                ratios = ratios[0]
-        sbs = None if args.slice_batch_size is None else _parse_int(args.slice_batch_size, "--slice-batch-size", 1, "a positive integer")
-        if sbs is not None and sbs not in bss:
-            raise _ArgError("--slice-batch-size", f"must be one of --batch-sizes {bss}; got {sbs}")
-        out = Path(args.out)
-        if out.suffix.lower() != ".csv":
-            raise _ArgError("--out", f"must be a .csv path; got {args.out!r}")
-        kinds_given = None
-        if args.modules is not None:
-            kinds_given = [k.strip() for k in str(args.modules).split(",") if k.strip()]
-            bad = [k for k in kinds_given if k not in LAUNCH_KINDS]
-            if bad or not kinds_given:
-                raise _ArgError("--modules", f"must be among {', '.join(LAUNCH_KINDS)} (comma-separated); "
-                                             f"got {args.modules!r}")
-        launch_kinds: list[str] = []
-        if args.launch is not None:
-            launch_kinds = [k.strip() for k in str(args.launch).split(",") if k.strip() and k.strip() != "none"]
-            bad = [k for k in launch_kinds if k not in LAUNCH_KINDS]
-            if bad:
-                raise _ArgError("--launch", f"must be 'none' or among {', '.join(LAUNCH_KINDS)} (comma-separated); "
-                                            f"got {args.launch!r}")
-        device = _check_device(args.device)
-        if device == "cpu":
-            if kinds_given is not None and len(kinds_given) != 1:
-                raise _ArgError("--modules", f"on cpu give one kind (how the table's stages run); got {args.modules!r}")
-            table_kind = kinds_given[0] if kinds_given else "eager"
-        else:  # a GPU: the table is GPU time (graphs); --modules says whose launch cost to time
-            table_kind = "cudagraph"
-            if args.launch is None:
-                launch_kinds = list(kinds_given or LAUNCH_KINDS)
-        model = zoo.build(args.model, variant=args.variant, seed=seed)
-        if sls is not None and getattr(model, "input_kind", None) != "tokens":
-            raise _ArgError("--seq-lens", f"only token models take sequence lengths; {args.model} takes images")
-        cmd = "dvasim profile " + " ".join(argv)
-        if args.per_op:
-            df = profile_ops(model, bss, sls, device, warmup, repeats, threads, seed=seed, max_foreign_load=max_load,
-                             graphs=table_kind == "cudagraph")
-        else:
-            df = profile_stages(
-                model, stages, bss, sls, device, warmup, repeats, threads, cuts=cuts, ratios=ratios,
-                slice_batch_size=sbs, seed=seed, max_foreign_load=max_load, modules=table_kind,
-            )
-        df.attrs["provenance"]["command"] = cmd
-        table = save_profile(df, out, stats=not args.no_stats)
-        if launch_kinds and not args.per_op:
-            ldf = profile_launch(model, df.attrs["bounds"], bss, sls, device, launch_kinds, warmup, repeats,
-                                 seed=seed)
-            ldf.attrs["provenance"]["command"] = cmd
-            save_launch(ldf, launch_path(out))
-            wrote_launch = f"; launch costs of {','.join(launch_kinds)} in {launch_path(out)}"
-        else:
-            wrote_launch = ""
-    except _ArgError as exc:
-        print(f"dvasim profile: error: {exc.field}: {exc.message}", file=sys.stderr)
-        return 2
-    except DvasimError as exc:
-        print(f"dvasim profile: error: {exc.field}: {exc.message}", file=sys.stderr)
-        return 2
-    prov = table.provenance
-    print(
-        f"wrote {out} ({table.n_stages} {'operators' if args.per_op else 'stages'}, "
-        f"{len(table.batch_sizes)} batch sizes{'' if table.seq_lens is None else f' x {len(table.seq_lens)} seq_lens'}, "
-        f"{prov.get('profiling seconds', '?')} s"
-        + (f"; {prov['slicing']}" if "slicing" in prov else "")
-        + wrote_launch
-        + ")"
-    )
-    return 0
-
-
-if __name__ == "__main__":  # ``python -m dvasim.model.profiling.profiler ...`` == ``dvasim profile ...``
-    sys.exit(cli_profile())

@@ -63,6 +63,52 @@ def _bounded(s: float, lo: float | None) -> float:
     return s if lo is None else max(float(lo), s)
 
 
+def _variant(base_pred: np.ndarray, meas: np.ndarray, n_params: int, cap, min_slowdown: float | None) -> dict:
+    """One variant of the sharing model: its slowdown fitted (when it has parameters, raised to ``min_slowdown``)
+    and the errors of its predictions ``base_pred * slowdown``."""
+    raw = _fit_slowdown(base_pred, meas) if n_params else 1.0
+    s = _bounded(raw, min_slowdown) if n_params else 1.0
+    return {**_errors(base_pred * s, meas), "capacity": cap, "corun_slowdown": s, "corun_slowdown_unclamped": raw}
+
+
+def _best_capacity(alone, dem, pdem, meas, capacities, min_slowdown: float | None) -> tuple[float, np.ndarray]:
+    """The capacity (among ``capacities``, default 1..4 step 0.05 and infinity) whose fluid prediction, with its
+    own fitted slowdown, has the smallest mean error (ties: the smaller capacity); returns it and that
+    prediction without the slowdown."""
+    caps = list(np.round(np.arange(1.0, 4.0001, 0.05), 4)) + [math.inf] if capacities is None else list(capacities)
+    best = None
+    for c in caps:
+        b = predict_corun(alone, dem, pdem, capacity=c)
+        s = _bounded(_fit_slowdown(b, meas), min_slowdown)
+        err = _errors(b * s, meas)["mean_abs_rel_err"]
+        if best is None or (round(err, 12), c) < best[0]:
+            best = ((round(err, 12), c), c, b)
+    _, c_best, b_best = best
+    return c_best, b_best
+
+
+def _sharing_columns(df: pd.DataFrame, capacity: float) -> tuple[pd.DataFrame, tuple[np.ndarray, ...]]:
+    """The co-run rows with every needed value and their columns as arrays: (rows, (alone, measured, demand,
+    partner demand, group size))."""
+    need = ("alone_ms", "corun_ms", "demand", "partner_demand")
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise ConfigError("sharing", f"measurements lack column(s) {', '.join(missing)}")
+    d = df.dropna(subset=list(need))
+    if len(d) == 0:
+        raise ConfigError("sharing", "no co-run measurements to fit")
+    if not capacity > 0:
+        raise ConfigError("sharing.capacity", f"must be > 0, got {capacity!r}")
+    alone = d["alone_ms"].to_numpy(float)
+    meas = d["corun_ms"].to_numpy(float)
+    dem = d["demand"].to_numpy(float)
+    pdem = d["partner_demand"].to_numpy(float)
+    n_co = d["n_corun"].to_numpy(float) if "n_corun" in d.columns else np.full(len(d), 2.0)
+    if np.any(alone <= 0) or np.any(meas <= 0):
+        raise ConfigError("sharing", "times must be > 0")
+    return d, (alone, meas, dem, pdem, n_co)
+
+
 def fit_sharing(df: pd.DataFrame, capacity: float = 1.0, cores: float | None = None,
                 capacities: Sequence[float] | None = None, min_slowdown: float | None = 1.0) -> dict:
     """Fit the sharing model to co-run measurements.
@@ -85,67 +131,44 @@ def fit_sharing(df: pd.DataFrame, capacity: float = 1.0, cores: float | None = N
     ``min_slowdown`` (default 1: the simulator accepts no speed-up from co-running; ``None`` = no bound); the
     errors are those of the bounded value and ``corun_slowdown_unclamped`` keeps the raw fit.
     """
-    need = ("alone_ms", "corun_ms", "demand", "partner_demand")
-    missing = [c for c in need if c not in df.columns]
-    if missing:
-        raise ConfigError("sharing", f"measurements lack column(s) {', '.join(missing)}")
-    d = df.dropna(subset=list(need))
-    if len(d) == 0:
-        raise ConfigError("sharing", "no co-run measurements to fit")
-    if not capacity > 0:
-        raise ConfigError("sharing.capacity", f"must be > 0, got {capacity!r}")
-    alone = d["alone_ms"].to_numpy(float)
-    meas = d["corun_ms"].to_numpy(float)
-    dem = d["demand"].to_numpy(float)
-    pdem = d["partner_demand"].to_numpy(float)
-    n_co = d["n_corun"].to_numpy(float) if "n_corun" in d.columns else np.full(len(d), 2.0)
-    if np.any(alone <= 0) or np.any(meas <= 0):
-        raise ConfigError("sharing", "times must be > 0")
-
+    d, (alone, meas, dem, pdem, n_co) = _sharing_columns(df, capacity)
     variants: dict[str, dict] = {}
     cands = []  # (name, number of fitted parameters)
 
     def add(name, base_pred, n_params, cap):
-        raw = _fit_slowdown(base_pred, meas) if n_params else 1.0
-        s = _bounded(raw, min_slowdown) if n_params else 1.0
-        variants[name] = {**_errors(base_pred * s, meas), "capacity": cap, "corun_slowdown": s,
-                          "corun_slowdown_unclamped": raw}
+        variants[name] = _variant(base_pred, meas, n_params, cap, min_slowdown)
         cands.append((name, n_params))
 
     add("fluid", predict_corun(alone, dem, pdem), 0, 1.0)
     add("fluid_with_slowdown", predict_corun(alone, dem, pdem, capacity=capacity), 1, float(capacity))
     add("slowdown_only", predict_corun(alone, dem, pdem, capacity=math.inf), 1, None)
-    caps = list(np.round(np.arange(1.0, 4.0001, 0.05), 4)) + [math.inf] if capacities is None else list(capacities)
-    best = None
-    for c in caps:
-        b = predict_corun(alone, dem, pdem, capacity=c)
-        s = _bounded(_fit_slowdown(b, meas), min_slowdown)
-        err = _errors(b * s, meas)["mean_abs_rel_err"]
-        if best is None or (round(err, 12), c) < best[0]:
-            best = ((round(err, 12), c), c, b)
-    _, c_best, b_best = best
+    c_best, b_best = _best_capacity(alone, dem, pdem, meas, capacities, min_slowdown)
     add("best_capacity", b_best, 2, None if not math.isfinite(c_best) else float(c_best))
     if cores is not None:
         if not cores > 0:
             raise ConfigError("sharing.cores", f"must be > 0, got {cores!r}")
         add("per_core", alone * np.maximum(1.0, n_co / float(cores)), 1, float(cores))
     rec = min(cands, key=lambda c: (round(variants[c[0]]["mean_abs_rel_err"] / 0.005), c[1]))[0]
-    ratio = meas / alone
     return {
         "model": "fluid",
         "capacity": float(capacity),
         "corun_slowdown": variants["fluid_with_slowdown"]["corun_slowdown"],
         "n": int(len(d)),
         "n_groups": int(d["group"].nunique()) if "group" in d.columns else None,
-        "measured_over_alone": {
-            "median": float(np.median(ratio)),
-            "p10": float(np.percentile(ratio, 10)),
-            "p90": float(np.percentile(ratio, 90)),
-            "min": float(np.min(ratio)),
-            "max": float(np.max(ratio)),
-        },
+        "measured_over_alone": _ratio_summary(meas / alone),
         "errors": variants,
         "recommended": {"variant": rec, **{k: v for k, v in variants[rec].items() if k in ("capacity", "corun_slowdown")}},
+    }
+
+
+def _ratio_summary(ratio: np.ndarray) -> dict[str, float]:
+    """Median, 10th and 90th percentiles, min and max of measured / alone."""
+    return {
+        "median": float(np.median(ratio)),
+        "p10": float(np.percentile(ratio, 10)),
+        "p90": float(np.percentile(ratio, 90)),
+        "min": float(np.min(ratio)),
+        "max": float(np.max(ratio)),
     }
 
 
@@ -336,16 +359,7 @@ def measure_sharing(
     """
     import torch
 
-    from dvasim.model.profiling.profiler import (
-        _check_device,
-        _example,
-        _measure_quiet,
-        _move_model,
-        _resolve_model,
-        device_name,
-        profile_ops,
-    )
-    from dvasim.model.slicing import balance, format_slicing, slice_even
+    from dvasim.model.profiling.profiler import _check_device, _resolve_model
 
     device = _check_device(device)
     model = _resolve_model(model if model is not None else model_name, variant, seed)
@@ -360,17 +374,106 @@ def measure_sharing(
     elif seq_len is None:
         seq_len = model.default_seq_len
     t_start = time.perf_counter()
+    ref, bounds, stages = _sliced_stages(model, n_stages, bss[0], seq_len, device, repeats, threads, seed,
+                                         max_foreign_load, retries)
+    runs = _StageRuns(stages, _stage_inputs(model, stages, bss, seq_len, device, seed), repeats, warmup, device,
+                      threads, max_seconds, max_foreign_load, retries, max_wait)
+    alone = runs.alone_grid(n_stages, bss)
+    demand = _demands(alone, n_stages, bss)
+    groups = default_groups(n_stages, bss) if groups is None else [tuple(tuple(m) for m in g) for g in groups]
+    label = getattr(model, "name", model_name)
+    rows = []
+    for gid, group in enumerate(groups):
+        for s_, b_ in group:
+            if not (0 <= s_ < n_stages) or b_ not in bss:
+                raise ConfigError("groups", f"(stage, batch size) {(s_, b_)} outside 0..{n_stages - 1} x {bss}")
+        (alone_now, times), foreign, attempts = runs.corun(group)
+        if progress is not None:
+            progress(f"{model_name} group {gid + 1}/{len(groups)} {group}: foreign load {foreign}, attempts {attempts}")
+        rows += _group_rows(label, gid, group, seq_len, alone_now, alone, times, [demand[m] for m in group], foreign,
+                            attempts)
+    df = pd.DataFrame(rows)
+    df["fluid_pred_ms"] = predict_corun(df["alone_ms"], df["demand"], df["partner_demand"])
+    df.attrs["alone"] = pd.DataFrame([
+        {"stage": s, "batch_size": b, "alone_ms": alone[(s, b)], "demand": demand[(s, b)]}
+        for s in range(n_stages) for b in bss
+    ])
+    df.attrs["provenance"] = _sharing_provenance(model, model_name, variant, device, torch.__version__, threads,
+                                                 repeats, warmup, ref, bounds, bss, seq_len, t_start)
+    return df
+
+
+def _sliced_stages(model, n_stages: int, ref_bs: int, seq_len: int | None, device: str, repeats: int,
+                   threads: int | None, seed: int, max_foreign_load: float | None, retries: int):
+    """The model sliced time-evenly into ``n_stages`` from a per-operator profile at ``ref_bs``: (the operator
+    times, the bounds, the stage modules on ``device``)."""
+    from dvasim.model.profiling.profiler import _move_model, profile_ops
+    from dvasim.model.slicing import slice_even
+
     ops = profile_ops(
-        model, [bss[0]], None if seq_len is None else [seq_len], device, warmup=2, repeats=max(5, repeats),
+        model, [ref_bs], None if seq_len is None else [seq_len], device, warmup=2, repeats=max(5, repeats),
         threads=threads, seed=seed, max_foreign_load=max_foreign_load, retries=retries,
     )
     ref = ops.sort_values("stage")["latency_ms"].to_numpy()
     bounds = slice_even(ref, n_stages)
-    ends = [*bounds[1:], n]
+    ends = [*bounds[1:], model.n_ops()]
     _move_model(model, device)
-    stages = [model.stage_module(a, b) for a, b in zip(bounds, ends, strict=True)]
+    return ref, bounds, [model.stage_module(a, b) for a, b in zip(bounds, ends, strict=True)]
 
-    # stage inputs for every batch size (the carry at each stage's start)
+
+class _StageRuns:
+    """The executions of a sliced model's stages, each ``(stage, batch size)`` on its own input, timed alone or
+    co-run (one thread per execution), each measurement on a quiet machine where asked
+    (:func:`dvasim.model.profiling.profiler._measure_quiet`)."""
+
+    def __init__(self, stages, inputs: dict, repeats: int, warmup: int, device: str, threads: int | None,
+                 max_seconds: float, max_foreign_load: float | None, retries: int, max_wait: float):
+        self.stages, self.inputs = stages, inputs
+        self.repeats, self.warmup, self.device, self.threads = repeats, warmup, device, threads
+        self.max_seconds, self.max_foreign_load, self.retries, self.max_wait = max_seconds, max_foreign_load, retries, max_wait
+
+    def fn(self, s: int, b: int) -> Callable[[], object]:
+        mod, x = self.stages[s], self.inputs[(s, b)]
+        return lambda: mod(x)
+
+    def _quiet(self, measure):
+        from dvasim.model.profiling.profiler import _measure_quiet
+
+        return _measure_quiet(measure, self.max_foreign_load, self.retries, 2.0, self.max_wait)
+
+    def alone_grid(self, n_stages: int, bss: list[int]) -> dict[tuple[int, int], float]:
+        """The standalone time (median, ms) of every stage at every batch size."""
+        alone: dict[tuple[int, int], float] = {}
+        for s in range(n_stages):
+            for b in bss:
+                t, _, _ = self._quiet(
+                    lambda s=s, b=b: alone_times(self.fn(s, b), self.repeats, self.warmup, self.device, self.threads)
+                )
+                alone[(s, b)] = float(np.median(t))
+        return alone
+
+    def corun(self, group):
+        """The members' standalone times measured again, then the group co-run: ((standalone medians by member,
+        co-run times per member), foreign cores, attempts)."""
+
+        def one_group():
+            alone_now = {}
+            for m in dict.fromkeys(group):
+                alone_now[m] = float(np.median(alone_times(self.fn(*m), self.repeats, self.warmup, self.device,
+                                                           self.threads)))
+            times = corun_times([self.fn(*m) for m in group], self.repeats, self.warmup, self.device, self.threads,
+                                self.max_seconds)
+            return alone_now, times
+
+        return self._quiet(one_group)
+
+
+def _stage_inputs(model, stages, bss: list[int], seq_len: int | None, device: str, seed: int) -> dict:
+    """Every stage's input at every batch size (the carry at the stage's start), keyed ``(stage, batch size)``."""
+    import torch
+
+    from dvasim.model.profiling.profiler import _example
+
     inputs: dict[tuple[int, int], object] = {}
     with torch.inference_mode():
         for b in bss:
@@ -378,76 +481,57 @@ def measure_sharing(
             for s, mod in enumerate(stages):
                 inputs[(s, b)] = carry
                 carry = mod(carry)
+    return inputs
 
-    def fn(s, b):
-        mod, x = stages[s], inputs[(s, b)]
-        return lambda: mod(x)
 
-    alone: dict[tuple[int, int], float] = {}
-    for s in range(n_stages):
-        for b in bss:
-            t, _, _ = _measure_quiet(
-                lambda s=s, b=b: alone_times(fn(s, b), repeats, warmup, device, threads), max_foreign_load, retries, 2.0, max_wait
-            )
-            alone[(s, b)] = float(np.median(t))
+def _demands(alone: dict[tuple[int, int], float], n_stages: int, bss: list[int]) -> dict[tuple[int, int], float]:
+    """The demand ``min(1, thr / thr_max)`` of every (stage, batch size), ``thr_max`` the stage's best throughput
+    over ``bss``."""
     thr_max = {s: max(b / alone[(s, b)] for b in bss) for s in range(n_stages)}
+    return {(s, b): min(1.0, (b / alone[(s, b)]) / thr_max[s]) for s in range(n_stages) for b in bss}
 
-    def demand(s, b):
-        return min(1.0, (b / alone[(s, b)]) / thr_max[s])
 
-    groups = default_groups(n_stages, bss) if groups is None else [tuple(tuple(m) for m in g) for g in groups]
+def _group_rows(label: str, gid: int, group, seq_len, alone_now: dict, alone_grid: dict, times, demands: list[float],
+                foreign, attempts: int) -> list[dict]:
+    """One row per member of a measured co-run group (members without a run in the common window left out)."""
     rows = []
-    for gid, group in enumerate(groups):
-        for s_, b_ in group:
-            if not (0 <= s_ < n_stages) or b_ not in bss:
-                raise ConfigError("groups", f"(stage, batch size) {(s_, b_)} outside 0..{n_stages - 1} x {bss}")
+    for k, (me, t) in enumerate(zip(group, times, strict=True)):
+        if t.size == 0:
+            continue
+        rows.append({
+            "model": label,
+            "group": gid,
+            "member": k,
+            "n_corun": len(group),
+            "stage": me[0],
+            "batch_size": me[1],
+            "partners": " ".join(f"{s_}:{b_}" for j, (s_, b_) in enumerate(group) if j != k),
+            "seq_len": seq_len,
+            "alone_ms": alone_now[me],
+            "alone_grid_ms": alone_grid[me],
+            "corun_ms": float(np.median(t)),
+            "corun_p10_ms": float(np.percentile(t, 10)),
+            "corun_p90_ms": float(np.percentile(t, 90)),
+            "corun_runs": int(t.size),
+            "demand": demands[k],
+            "partner_demand": float(sum(demands) - demands[k]),
+            "foreign_cpu": np.nan if foreign is None else round(float(foreign), 3),
+            "attempts": attempts,
+        })
+    return rows
 
-        def one_group(group=group):
-            alone_now = {}
-            for m in dict.fromkeys(group):
-                alone_now[m] = float(np.median(alone_times(fn(*m), repeats, warmup, device, threads)))
-            times = corun_times([fn(*m) for m in group], repeats, warmup, device, threads, max_seconds)
-            return alone_now, times
 
-        (alone_now, times), foreign, attempts = _measure_quiet(one_group, max_foreign_load, retries, 2.0, max_wait)
-        demands = [demand(*m) for m in group]
-        if progress is not None:
-            progress(f"{model_name} group {gid + 1}/{len(groups)} {group}: foreign load {foreign}, attempts {attempts}")
-        for k, (me, t) in enumerate(zip(group, times, strict=True)):
-            if t.size == 0:
-                continue
-            rows.append({
-                "model": getattr(model, "name", model_name),
-                "group": gid,
-                "member": k,
-                "n_corun": len(group),
-                "stage": me[0],
-                "batch_size": me[1],
-                "partners": " ".join(f"{s_}:{b_}" for j, (s_, b_) in enumerate(group) if j != k),
-                "seq_len": seq_len,
-                "alone_ms": alone_now[me],
-                "alone_grid_ms": alone[me],
-                "corun_ms": float(np.median(t)),
-                "corun_p10_ms": float(np.percentile(t, 10)),
-                "corun_p90_ms": float(np.percentile(t, 90)),
-                "corun_runs": int(t.size),
-                "demand": demands[k],
-                "partner_demand": float(sum(demands) - demands[k]),
-                "foreign_cpu": np.nan if foreign is None else round(float(foreign), 3),
-                "attempts": attempts,
-            })
-    df = pd.DataFrame(rows)
-    df["fluid_pred_ms"] = predict_corun(df["alone_ms"], df["demand"], df["partner_demand"])
-    alone_rows = [
-        {"stage": s, "batch_size": b, "alone_ms": alone[(s, b)], "demand": demand(s, b)}
-        for s in range(n_stages) for b in bss
-    ]
-    df.attrs["alone"] = pd.DataFrame(alone_rows)
-    df.attrs["provenance"] = {
+def _sharing_provenance(model, model_name: str, variant: str, device: str, torch_version: str, threads, repeats: int,
+                        warmup: int, ref, bounds, bss: list[int], seq_len, t_start: float) -> dict[str, str]:
+    """Where and how the co-runs were measured (``df.attrs["provenance"]``)."""
+    from dvasim.model.profiling.profiler import device_name
+    from dvasim.model.slicing import balance, format_slicing
+
+    return {
         "model": f"{getattr(model, 'name', model_name)} {getattr(model, 'variant', variant)}",
         "device": device,
         "device name": device_name(device),
-        "torch": torch.__version__,
+        "torch": torch_version,
         "threads per executor": str(threads),
         "executors": "one Python thread per execution" + ("" if device == "cpu" else ", one CUDA stream each"),
         "repeats": str(repeats),
@@ -458,7 +542,6 @@ def measure_sharing(
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "seconds": f"{time.perf_counter() - t_start:.1f}",
     }
-    return df
 
 
 # ----------------------------------------------------------------------------- shipping

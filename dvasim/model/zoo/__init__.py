@@ -19,6 +19,8 @@ resnet50 5.7 / 17 ms; resnet101 6.6 / 19 ms; vgg16 2.8 / 10 ms.
 Full variants follow the published architectures (parameter counts: BERT-base 109.5 M, BERT-large 335.1 M,
 ResNet-152 60.19 M, VGG-19 143.67 M, UNet 31.0 M, LinkNet 11.5 M); build them with ``device="meta"`` for
 shape and FLOP propagation without allocating weights.
+
+May import: torch, the foundation and the standard library.
 """
 
 from __future__ import annotations

@@ -1,0 +1,134 @@
+"""What the subcommands share: the arguments several take (the config, ``--out``, ``--set``, ``--stack``,
+``--engine``), the checks made before any work, the printed summary of a run, the version, and the strict option
+parsing of the commands that need torch (``replay``, ``validate``), whose errors are ``dvasim CMD: error: ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def fmt(v) -> str:
+    """A value as the command line prints it: floats to 4 significant digits."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def check_stack(name) -> None:
+    """A ``--stack`` checked before any work (one line naming --stack, exit 2)."""
+    if name is not None:
+        from dvasim.server.resolve import stack_by_name
+
+        stack_by_name(name, "--stack")
+
+
+def print_summary(summary: dict, file=sys.stdout) -> None:
+    keys = [
+        "policy", "stack", "n_queries", "n_completed", "offered_qps", "throughput_qps", "mean_latency_ms", "p50_latency_ms",
+        "p90_latency_ms", "p95_latency_ms", "p99_latency_ms", "qos_target_ms", "qos_violation_rate",
+        "mean_exit_batch_size", "n_batches", "n_stretch", "n_split", "device_busy_fraction", "sim_queries_per_wall_s",
+        "stable", "stability_reason",
+    ]
+    width = max(len(k) for k in keys)
+    for k in keys:
+        if k in summary:
+            print(f"  {k:<{width}}  {fmt(summary[k])}", file=file)
+
+
+def add_stack_arguments(p: argparse.ArgumentParser, every: bool = False) -> None:
+    """--stack and --engine, as run, capacity, sweep and compare take them."""
+    runs = "every run" if every else "the run"
+    p.add_argument("--stack", metavar="NAME", default=None,
+                   help=f"the serving stack {runs} simulates (over the config's [server] stack; `dvasim stacks` "
+                        "lists them)")
+    p.add_argument("--engine", metavar="ENGINE.toml", default=None,
+                   help=f"an engine file written by dvasim fit, merged over the config's [engine] for {runs}")
+
+
+def add_config_arguments(p: argparse.ArgumentParser, config_help: str) -> None:
+    """The arguments every config-running command takes: the config, --out, --set, --no-figure."""
+    p.add_argument("config", help=config_help)
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help=set_help())
+    p.add_argument("--no-figure", action="store_true", help="do not write latency.png")
+
+
+def set_help() -> str:
+    """``--set``'s help, from the schema: the sections a key may name."""
+    from dvasim.config.sections import SECTIONS, SUBSECTIONS
+
+    return (f"override a config key (repeatable; the value is read as TOML): sections {', '.join(SECTIONS)} and "
+            f"{', '.join(SUBSECTIONS)}; every key with its type and default: dvasim config SECTION")
+
+
+def version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("dvasim")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+        return "unknown (not installed)"
+
+
+# ---- strict options of the torch commands (replay, validate): each error one line naming the option
+
+
+class UsageError(Exception):
+    """A bad option of ``replay`` or ``validate``: printed as ``dvasim CMD: error: <field>: <message>``."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+
+
+class StrictParser(argparse.ArgumentParser):
+    """A parser whose errors are one :class:`UsageError` (field ``arguments``) instead of usage + message."""
+
+    def error(self, message):  # one line instead of usage + message
+        raise UsageError("arguments", message)
+
+
+def positive_int(field: str, v, minimum: int = 1) -> int:
+    """An integer option >= ``minimum``."""
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        raise UsageError(field, f"must be an integer >= {minimum}, got {v!r}") from None
+    if n < minimum:
+        raise UsageError(field, f"must be an integer >= {minimum}, got {v!r}")
+    return n
+
+
+def number(field: str, v, minimum: float, strict: bool = False) -> float:
+    """A number option: > ``minimum`` if ``strict``, else >= ``minimum``."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        x = float("nan")
+    if not (x > minimum if strict else x >= minimum):
+        raise UsageError(field, f"must be a number {'>' if strict else '>='} {minimum:g}, got {v!r}")
+    return x
+
+
+def check_device(dev: str) -> str:
+    """``cpu`` or ``cuda`` (the replay takes the whole "cuda" device, not "cuda:N"); ``cuda`` on a machine without
+    CUDA raises the config error :func:`dvasim.engines.replay.engine.prepare` would (``device: cuda is not available on
+    this machine; ...``), before anything runs."""
+    if dev != "cuda":
+        if dev != "cpu":
+            raise UsageError("--device", f"must be cpu or cuda, got {dev!r}")
+        return dev
+    import torch
+
+    from dvasim.errors import ConfigError
+
+    if not torch.cuda.is_available():
+        raise ConfigError("device", "cuda is not available on this machine; use --device cpu")
+    return dev
+
+
+def add_torch_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of both torch commands: the config's, --device and --threads."""
+    add_config_arguments(p, "TOML config file (a named model: name, device, stages)")
+    p.add_argument("--device", default="cpu", help="cpu (threads) or cuda (streams and events); default cpu")
+    p.add_argument("--threads", default="1", help="torch intra-op threads for the run (process-wide); default 1")

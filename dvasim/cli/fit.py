@@ -1,0 +1,119 @@
+"""``dvasim fit DIR... --out engine.toml``: the simulator's engine fitted to replay folders
+(:func:`dvasim.fitting.fit.fit`), written as an engine file for ``dvasim run --engine``; with ``--table``, every
+folder simulated with the fitted engine and compared with its own queries. Bad input prints one line and exits
+with status 2."""
+
+from __future__ import annotations
+
+import sys
+
+from dvasim.errors import ConfigError, DvasimError, OneLineParser
+
+
+def fit_parser() -> OneLineParser:
+    """``dvasim fit``'s arguments."""
+    p = OneLineParser(prog="dvasim fit", description="fit the simulator's engine to replay output folders")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="replay folders (config.toml, queries.csv, executions.csv)")
+    p.add_argument("--out", required=True, help="the engine file to write, e.g. engine.toml")
+    p.add_argument("--launch-table", default=None, help="a profiled launch table; then only launch_scale is fitted")
+    p.add_argument("--gpu-table", default=None,
+                   help="a per-stage GPU-time table (CUDA graph replays) for the device model, when the replays' "
+                        "table timed host-bound launches")
+    p.add_argument("--modules", default=None, help="module kind the replays ran (default: from their configs)")
+    p.add_argument("--host-cores", default="16", help="launching cores of the replay's host (not fitted)")
+    p.add_argument("--operators", default=None, metavar="N,N,...",
+                   help="the operators in each replayed stage, for the launch law (default: the cuts of --table's "
+                        "'# slicing:' line when it has them, else the replays' [model] resolved today)")
+    p.add_argument("--fit-cores", action="store_true",
+                   help="fit host.cores from launches that overlapped others (needs DVABatch or multi-instance replays)")
+    p.add_argument("--table", default=None,
+                   help="the stage table the replays' policy decided with: then every folder is simulated with the "
+                        "fitted engine and compared with its own queries (printed, and kept in the file's [fit])")
+    return p
+
+
+def host_cores(args) -> int:
+    """``--host-cores``, an integer >= 1."""
+    try:
+        cores = int(args.host_cores)
+    except ValueError:
+        cores = 0
+    if cores < 1:
+        raise ConfigError("--host-cores", f"must be an integer >= 1, got {args.host_cores!r}")
+    return cores
+
+
+def operators_of(args) -> tuple[list[int] | None, str | None]:
+    """The operators in each stage for the launch law and where they come from: ``--operators``, else
+    ``--table``'s lines, else ``(None, None)`` (the fit reads the replays' models)."""
+    from dvasim.fitting.fit import table_operators
+    from dvasim.schema import find_file
+
+    ops = ops_src = None
+    if args.operators is not None:
+        ops_src = "--operators"
+        try:
+            ops = [int(x) for x in args.operators.split(",") if x.strip()]
+        except ValueError:
+            ops = []
+        if not ops or min(ops) < 1:
+            raise ConfigError("--operators", f"must be comma-separated counts >= 1, e.g. 39,39,40,39; got "
+                                             f"{args.operators!r}")
+    elif args.table is not None:
+        ops = table_operators(find_file(args.table, None, "--table"))
+        ops_src = f"--table's '# operators:' and '# slicing:' lines ({args.table})" if ops else None
+    return ops, ops_src
+
+
+def cli_fit(argv=None) -> int:
+    from dvasim.fitting.fit import fit, write_engine
+
+    try:
+        args = fit_parser().parse_args(argv)
+        cores = host_cores(args)
+        ops, ops_src = operators_of(args)
+        res = fit(args.dirs, launch_table=args.launch_table, modules=args.modules, host_cores=cores,
+                  gpu_table=args.gpu_table, fit_cores_from_overlap=args.fit_cores, operators=ops,
+                  operators_source=ops_src)
+        out = write_engine(res, args.out)
+        checks = None
+        if args.table is not None:
+            from dvasim.fitting.check import self_check
+            from dvasim.schema import find_file
+
+            checks = self_check(args.dirs, find_file(args.table, None, "--table"), out)
+            for k in ("throughput_qps", "mean_latency_ms", "p99_latency_ms"):
+                res["fit"][f"self_check_err_{k}"] = [round(c[f"err_{k}"], 4) for c in checks]
+            out = write_engine(res, args.out)
+    except DvasimError as e:
+        print(f"dvasim: error: {e}", file=sys.stderr)
+        return 2
+    print_fit(res, out, checks)
+    return 0
+
+
+def print_fit(res: dict, out, checks: list[dict] | None) -> None:
+    """What ``dvasim fit`` prints: the folders and executions fitted, the launch and copy laws, and each folder's
+    self-check (with ``--table``)."""
+    f = res["fit"]
+    h = res["engine"]["host"]
+    print(f"dvasim fit: {len(f['folders'])} folders, {f['n_executions']} executions ({f['n_alone']} alone) of "
+          f"{f['model']} ({f['modules']}, {f['stages']} stages) -> {out}")
+    if "launch_per_op_ms" in h:
+        print("  launch ms per stage fitted: " + ", ".join(f"{a:.3f}+{c:.4f}b" for a, c in
+                                                           zip(f["launch_ms_by_stage"], f["launch_per_row_ms_by_stage"])))
+        print(f"  launch law (any slicing): {h['launch_fixed_ms']:.3f} + {h['launch_per_op_ms']:.4f} * ops + "
+              f"{h['launch_model_per_row_ms']:.4f} * ops/sum(ops) * b ms; stages of {f['stage_operators']} "
+              f"operators: " + ", ".join(f"{x:+.1%}" for x in f["launch_law_rel_err_by_stage_b1"]) + " at batch 1")
+        print(f"    {f['launch_law_fit']}")
+    else:
+        print(f"  launch_scale: {h['launch_scale']:.3f} on {h['launch_table']}")
+    print("  copy ms per stage fitted:   " + ", ".join(f"{a:.3f}+{c:.4f}b" for a, c in
+                                                       zip(f["copy_ms_by_stage"], f["copy_per_row_ms_by_stage"])))
+    print(f"  copies (any slicing): {h['copy_ms']:.3f} + {h['copy_per_row_ms']:.4f}b ms per launch; the first stage "
+          f"{h.get('first_copy_ms', 0.0):+.3f} {h.get('first_copy_per_row_ms', 0.0):+.4f}b more (its inputs)")
+    print(f"  launch_overhead_ms {res['engine']['launch_overhead_ms']:.3f}, service_cv {res['engine']['service_cv']:.3f}")
+    for c in checks or []:
+        print(f"  {c['folder']}: simulated vs real throughput {c['err_throughput_qps']:+.1%}, mean "
+              f"{c['err_mean_latency_ms']:+.1%}, p99 {c['err_p99_latency_ms']:+.1%}")
+

@@ -1,0 +1,67 @@
+"""A config checked against the schema: defaults filled in, every key's type and range checked, and the rules
+that tie keys together. One-line errors naming the field (:class:`~dvasim.errors.ConfigError`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from dvasim.config.files import apply_engine_file, load_toml
+from dvasim.config.overrides import apply_overrides
+from dvasim.config.sections import DEFAULTS, ENGINE, QOS, REPLAY, SCHEMA, SECTIONS
+from dvasim.errors import ConfigError
+from dvasim.schema import find_file
+
+
+def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None,
+            engine: str | Path | None = None) -> dict[str, Any]:
+    """Return the config with defaults filled in and every section checked (a policy's parameters are checked by
+    the policy, the workload's values by the workload builder after the schema's types). ``engine``: an engine
+    file (``dvasim fit``) merged over ``[engine]`` before the overrides."""
+    if isinstance(raw, str | Path):
+        raw = load_toml(raw)
+    raw = apply_engine_file(raw, engine)
+    raw = apply_overrides(raw, overrides)
+    base_dir = raw.pop("_base_dir", None) or raw.pop("base_dir", None)
+    for section in raw:
+        if section not in SECTIONS:
+            raise ConfigError(section, f"unknown section [{section}]; allowed: {', '.join(SECTIONS)}")
+        if not isinstance(raw[section], dict):
+            raise ConfigError(section, f"[{section}] must be a table of keys")
+    cfg = {s: {**DEFAULTS[s], **raw.get(s, {})} for s in SECTIONS}
+    cfg["base_dir"] = base_dir or str(Path.cwd())
+    _check_model(cfg["model"], base_dir)
+    if not cfg["workload"]:
+        raise ConfigError("workload", 'missing section; e.g. [workload] kind = "poisson", rate_qps = 100, n_queries = 1000')
+    for section in (ENGINE, QOS, REPLAY):
+        cfg[section.name] = {**cfg[section.name], **section.check(cfg[section.name])}
+    _check_admission_delay(cfg["engine"])
+    SCHEMA["server"].check(cfg["server"])  # checked; the stack reads its overrides as given
+    if not isinstance(cfg["policy"].get("name"), str):
+        raise ConfigError("policy.name", "must be a string naming a policy")
+    return cfg
+
+
+def _check_model(model: dict[str, Any], base_dir: str | None) -> None:
+    SCHEMA["model"].check(model)
+    if "table" in model:
+        model["table"] = str(find_file(model["table"], base_dir, "model.table"))
+    elif "name" not in model:
+        raise ConfigError("model", 'missing; set table = "path/to/latency.csv" or name = "bert_base", '
+                                   'device = "titanrtx", stages = 4')
+
+
+def _check_admission_delay(eng: dict[str, Any]) -> None:
+    """A constant (ms) or the quantiles of its distribution."""
+    ad = eng["admission_delay_ms"]
+    if isinstance(ad, list):
+        if (len(ad) < 2 or not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+                                   and x >= 0 for x in ad) or any(b < a for a, b in zip(ad, ad[1:]))):
+            raise ConfigError("engine.admission_delay_ms", "a list must hold >= 2 non-decreasing quantiles >= 0 (ms), "
+                                                           "e.g. [0.0, 0.05, 1.2]")
+        return
+    ok = isinstance(ad, int | float) and not isinstance(ad, bool) and math.isfinite(ad) and ad >= 0
+    if not ok:
+        raise ConfigError("engine.admission_delay_ms", f"must be a number >= 0, got {ad!r}")
+    eng["admission_delay_ms"] = float(ad)

@@ -1,0 +1,63 @@
+"""Reading a config: the TOML file (a shipped one found from any directory) and an engine file merged over its
+``[engine]``. May import the foundation (:mod:`dvasim.errors`, :mod:`dvasim.paths`, :mod:`dvasim.schema`)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from dvasim.errors import ConfigError
+from dvasim.paths import DATA_ROOT
+from dvasim.schema import find_file
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file() and not p.is_absolute() and (DATA_ROOT / p).is_file():
+        p = DATA_ROOT / p  # a shipped config (configs/...), from any working directory
+    if not p.is_file():
+        raise ConfigError("config", f"file {str(p)!r} not found; give the path of a TOML config")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError("config", f"{p}: not UTF-8 text (byte {e.start}); save the config as UTF-8") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("config", f"{p}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise ConfigError("config", f"{p}: nested too deeply to read; flatten its tables and arrays") from None
+    data.setdefault("_base_dir", str(p.resolve().parent))
+    return data
+
+
+def apply_engine_file(raw: dict[str, Any], path: str | Path | None) -> dict[str, Any]:
+    """Merge the ``[engine]`` section of ``path`` (e.g. written by ``dvasim fit``) over the config's engine.
+
+    Keys of the file win; ``[engine.host]`` is merged key by key. A relative ``launch_table`` in the file is
+    taken relative to the file."""
+    if path is None:
+        return raw
+    try:
+        data = load_toml(path)
+    except ConfigError as e:
+        raise ConfigError("--engine", e.message) from None
+    base = data.pop("_base_dir")
+    eng = data.get("engine")
+    if not isinstance(eng, dict) or not eng:
+        raise ConfigError("--engine", f"{path}: has no [engine] section; give a file written by dvasim fit")
+    extra = sorted(k for k in data if k not in ("engine", "fit"))
+    if extra:
+        raise ConfigError("--engine", f"{path}: only [engine] (and [fit] notes) may be in an engine file, "
+                                      f"found [{extra[0]}]")
+    eng = copy.deepcopy(eng)
+    host = eng.get("host")
+    if isinstance(host, dict) and isinstance(host.get("launch_table"), str):
+        host["launch_table"] = str(find_file(host["launch_table"], base, "engine.host.launch_table"))
+    raw = copy.deepcopy(raw)
+    merged = {**raw.get("engine", {}), **eng}
+    if isinstance(raw.get("engine", {}).get("host"), dict) and isinstance(host, dict):
+        merged["host"] = {**raw["engine"]["host"], **host}
+    raw["engine"] = merged
+    return raw
