@@ -32,7 +32,7 @@ test-slow: $(VENV)/.stamp-dev
 
 fuzz: $(VENV)/.stamp-dev
 	DVASIM_FUZZ_EXAMPLES=2000 $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py tests/test_bad_input_corpus.py \
-		tests/test_long_time.py --hypothesis-show-statistics
+		tests/engines/test_long_time.py --hypothesis-show-statistics
 
 bench: $(VENV)/.stamp-run
 	$(PY) benchmarks/bench_speed.py

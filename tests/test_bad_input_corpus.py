@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dvasim.cli import main
-from tests.test_cli import assert_one_line_error
+from tests.cli.test_cli import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "configs/default.toml")

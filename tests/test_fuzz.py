@@ -32,7 +32,7 @@ from dvasim.engines.sim.corun import sim_corun
 from dvasim.engines.sim.engine import simulate
 from dvasim.policies import make_policy
 from tests.conftest import make_table
-from tests.test_pipeline_properties import Monitor
+from tests.core.test_pipeline_properties import Monitor
 
 EXAMPLES = int(os.environ.get("DVASIM_FUZZ_EXAMPLES", "60"))
 BATCHES = (1, 2, 4, 8, 16)

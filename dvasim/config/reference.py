@@ -12,7 +12,7 @@ from dvasim.schema import Key, Section
 HEADER = """# Config reference
 
 Generated from the schema (`dvasim/config/sections.py` and the sections it assembles, and the sweep file's in
-`dvasim/studies/sweep.py`) by `dvasim config --reference > docs/config.md`; `tests/test_config_schema.py` checks
+`dvasim/studies/sweep.py`) by `dvasim config --reference > docs/config.md`; `tests/config/test_config_schema.py` checks
 it is current.
 `dvasim config [SECTION]` prints the same. Any key can be set from the command line:
 `--set section.key=value` (`--set engine.host.cores=8` for a sub-table), `--set section={...}` replaces a whole

@@ -17,7 +17,7 @@ into the granularity of operators and only enable stretch"):
   the batch waits at that boundary (``status_map``); the *merge* of two stack entries at the same node is the
   batch table's hand-on of every row once all of them have completed that stage. ``at_boundary`` is called again
   when the newcomers reach a boundary the older rows wait at (or any boundary on the way, e.g. the first stage),
-  and may push again there: exactly the paper's Figure 10 (tested step by step in ``tests/test_lazybatch.py``);
+  and may push again there: exactly the paper's Figure 10 (tested step by step in ``tests/policies/test_lazybatch.py``);
 * a *new* batch is formed only when the instance holds no batch: every pending request (up to
   ``max_batch_size``) leaves as one batch, since all of them are at the first node. Pending requests the
   predictor refused wait until the active batch has left (a batch refused once is closed: no later push);

@@ -13,7 +13,7 @@ A zoo model's carry is a nested tuple of tensors and ``None`` (skip connections,
 TorchScript traces take and return tensors only, so :class:`TorchScriptStage` flattens the carry, runs the traced
 graph on the tensor leaves and rebuilds the output structure recorded while tracing. The trace is taken at one
 batch size and length; the zoo's operators use no shape-dependent Python control flow, which
-``tests/test_replay_compiled.py`` checks by comparing traced and eager outputs at other batch sizes and lengths.
+``tests/model/test_replay_compiled.py`` checks by comparing traced and eager outputs at other batch sizes and lengths.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from dvasim.cli import main
 from dvasim.server.stacks import STACKS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFIG = """[model]
 name = "resnet152"

@@ -21,7 +21,7 @@ from dvasim.model.slicing import (
 )
 from dvasim.model.table import LatencyTable
 
-CPU_TRACES = Path(__file__).resolve().parents[1] / "traces" / "cpu"
+CPU_TRACES = Path(__file__).resolve().parents[2] / "traces" / "cpu"
 MODELS = ("bert_base", "bert_large", "resnet152", "vgg19", "unet", "linknet")
 
 

@@ -29,7 +29,7 @@ from dvasim.policies import make_policy
 from dvasim.reporting.records import RecordStore, read_records, records_frame, summarize_arrays
 from dvasim.workload import poisson_arrivals
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CFG = {
     "model": {"name": "vgg19", "device": "titanrtx", "stages": 4},
     "policy": {"name": "dvabatch", "max_batch_size": 32},

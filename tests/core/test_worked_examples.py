@@ -9,7 +9,7 @@ import pytest
 import dvasim
 from dvasim.config import load_toml
 
-EX = Path(__file__).resolve().parent.parent / "experiments" / "worked_examples"
+EX = Path(__file__).resolve().parents[2] / "experiments" / "worked_examples"
 
 
 def run(name, policy=None, **policy_params):

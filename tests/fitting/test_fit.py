@@ -16,7 +16,7 @@ from dvasim.fitting.check import TARGETS, score_case
 from dvasim.fitting.fit import fit, overlap_fraction, read_replay, write_engine
 from tests.synthetic_replays import write_replay
 
-DATA = Path(__file__).parent / "data" / "h100_replays"
+DATA = Path(__file__).parents[1] / "data" / "h100_replays"
 
 
 def synthetic_replay(d: Path, seed: int, n: int = 1500, stall_p: float = 0.02, model: str = "resnet152"):
@@ -161,7 +161,7 @@ def test_run_with_a_bad_engine_file(tmp_path):
     bad.write_text("[model]\nname = 'x'\n")
     r = subprocess.run([sys.executable, "-m", "dvasim.cli", "run", "configs/default.toml", "--out",
                         str(tmp_path / "o"), "--engine", str(bad)], capture_output=True, text=True,
-                       cwd=Path(__file__).parents[1])
+                       cwd=Path(__file__).parents[2])
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--engine" in r.stderr
 
 

@@ -15,7 +15,7 @@ from dvasim.cli import main
 from dvasim.errors import ConfigError
 from dvasim.studies.sweep import WALL_COLUMNS, expand, load_sweep, sweep
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 BASE = f"""
 [model]

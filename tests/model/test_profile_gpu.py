@@ -19,7 +19,7 @@ from dvasim.model.profiling import profiler  # noqa: E402
 from dvasim.model.stages.graphs import CpuGraphs, GraphStage  # noqa: E402
 from dvasim.model.table import LatencyTable, read_provenance_csv  # noqa: E402
 from tests.conftest import vgg19_config_file  # noqa: E402
-from tests.test_replay import assert_outputs_match, cfg  # noqa: E402
+from tests.engines.test_replay import assert_outputs_match, cfg  # noqa: E402
 
 
 class CountingGraphs(CpuGraphs):

@@ -11,7 +11,7 @@ import pytest
 import dvasim
 from dvasim.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["workload.n_queries=400", "engine.progress=false"]
 
 

@@ -26,7 +26,7 @@ from dvasim.policies.e2bird import combinations, default_max_inf, offline_search
 from dvasim.server.transfer import Transfer
 from dvasim.workload import workload_from_config
 from tests.conftest import make_table, random_cost_table
-from tests.test_pipeline_properties import Monitor
+from tests.core.test_pipeline_properties import Monitor
 
 MS_COPY = {"input_bytes": 1e6, "bandwidth_gbps": 1.0}  # 1 ms per query
 
@@ -436,7 +436,7 @@ def test_transfer_override_sets_a_subkey(tmp_path):
 def test_replay_runs_each_ebird_policy(name):
     pytest.importorskip("torch")
     from dvasim.engines.replay import replay
-    from tests.test_replay import assert_outputs_match
+    from tests.engines.test_replay import assert_outputs_match
 
     params = {"workers": [1, 2, 4]} if name == "n-ebird" else {"total_bs": [4]}
     c = {
@@ -534,7 +534,7 @@ def test_replay_profiler_cuda_path_one_stream_per_worker():
     stand-in; with CUDA graphs (captured per worker slot) every replay runs inside its own worker's stream."""
     pytest.importorskip("torch")
     from dvasim.engines.replay.corun import ReplayCoRun
-    from tests.test_replay_cuda_discipline import RecordingCudaOps
+    from tests.engines.test_replay_cuda_discipline import RecordingCudaOps
 
     for modules in ("eager", "cudagraph"):
         setup = _replay_setup("eager")

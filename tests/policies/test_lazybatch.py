@@ -30,7 +30,7 @@ from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
 from dvasim.policies.lazybatch import LazyBatch, coverage_length
 from tests.conftest import make_table, random_cost_table
-from tests.test_pipeline_properties import Monitor, run_random_load
+from tests.core.test_pipeline_properties import Monitor, run_random_load
 
 FLAT8 = make_table(8, lambda s, b: 1.0)  # Figure 10: nodes A..H, 1 time-unit each at any batch size
 FIG10_ARRIVALS = [2.0, 3.5, 4.5]  # Req1 issued at 2; Req2 arrives during Req1's B [3, 4]; Req3 during Req2's A
@@ -335,7 +335,7 @@ def test_parameters_beyond_the_table_are_refused():
 def test_replay_runs_lazybatch(predictor):
     pytest.importorskip("torch")
     from dvasim.engines.replay import replay
-    from tests.test_replay import assert_outputs_match
+    from tests.engines.test_replay import assert_outputs_match
 
     c = {
         "model": {"name": "vgg19", "device": "cpu", "stages": 4},

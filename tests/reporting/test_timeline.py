@@ -66,7 +66,7 @@ def test_dvasim_run_timeline_writes_the_trace_and_the_gantt(tmp_path):
 
     from dvasim.cli import main
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "o"
     assert main(["run", str(root / "configs/default.toml"), "--out", str(out), "--timeline", "100",
                  "--set", "workload.n_queries=300", "--set", "engine.progress=false"]) == 0

@@ -16,7 +16,7 @@ import dvasim
 from dvasim.fitting.fit import copy_law, fit, launch_law, table_operators, write_engine
 from tests.synthetic_replays import write_replay
 
-DATA = Path(__file__).parent / "data" / "h100_replays"
+DATA = Path(__file__).parents[1] / "data" / "h100_replays"
 
 # The engine file rounds every number to 6 decimals (dvasim.fitting.fit._toml_value): launch_per_op_ms is off by at most
 # 5e-7 ms, times ResNet152's 157 operators, and launch_model_per_row_ms by 5e-7: a whole-model launch read back

@@ -14,7 +14,7 @@ import pytest
 from dvasim.errors import ConfigError
 from dvasim.model.profiling.sharing import corun_times, default_groups, fit_sharing, predict_corun
 
-CPU_TRACES = Path(__file__).resolve().parents[1] / "traces" / "cpu"
+CPU_TRACES = Path(__file__).resolve().parents[2] / "traces" / "cpu"
 
 
 def synthetic(n=60, slowdown=1.3, capacity=1.0, noise=0.02, seed=0, per_core=None):

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 GPU = TRACES / "gpu"
 VAL = TRACES / "validation"
 DEVICES = ("titanrtx", "a100", "h100")

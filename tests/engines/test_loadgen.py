@@ -16,7 +16,7 @@ from dvasim.cli import main  # noqa: E402
 from dvasim.engines.replay import ReplayStageError  # noqa: E402
 from dvasim.engines.replay.loadgen import parse_summary, replay_loadgen  # noqa: E402
 from tests.conftest import vgg19_config_file  # noqa: E402
-from tests.test_replay import Exploding, assert_outputs_match, cfg  # noqa: E402
+from tests.engines.test_replay import Exploding, assert_outputs_match, cfg  # noqa: E402
 
 
 def test_loadgen_server_run_end_to_end(tmp_path):

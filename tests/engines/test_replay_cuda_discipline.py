@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from dvasim.engines.replay import make_engine, prepare, replay, to_run_result  # noqa: E402
 from dvasim.engines.replay.engine import _CudaBackend  # noqa: E402
-from tests.test_replay import assert_outputs_match, cfg  # noqa: E402
+from tests.engines.test_replay import assert_outputs_match, cfg  # noqa: E402
 
 
 class FakeStream:

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from dvasim.engines.replay import replay  # noqa: E402
 from dvasim.model.stages.graphs import CpuGraphs, GraphStage  # noqa: E402
-from tests.test_replay import assert_outputs_match, cfg  # noqa: E402
+from tests.engines.test_replay import assert_outputs_match, cfg  # noqa: E402
 
 
 def test_graph_stage_static_buffers_are_overwritten_by_the_next_replay():

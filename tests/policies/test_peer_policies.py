@@ -22,7 +22,7 @@ from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy, policy_names
 from tests.conftest import make_table, random_cost_table
-from tests.test_pipeline_properties import Monitor, run_random_load
+from tests.core.test_pipeline_properties import Monitor, run_random_load
 
 PEERS = ("tfserving-nowait", "tfserving-optwait", "tfserving-static", "serial", "graphbatch")
 
@@ -294,7 +294,7 @@ def test_default_max_batch_size_beyond_the_table_is_refused(tmp_path):
 def test_replay_runs_each_peer_policy(name):
     pytest.importorskip("torch")
     from dvasim.engines.replay import replay
-    from tests.test_replay import assert_outputs_match
+    from tests.engines.test_replay import assert_outputs_match
 
     params = {} if name == "serial" else {"max_batch_size": 4}
     if name in ("tfserving-optwait", "tfserving-static"):

@@ -21,7 +21,7 @@ from dvasim.reporting.stability import MIN_QUERIES, TREND_MAX, stability
 from dvasim.studies import evaluation as study
 from dvasim.workload import poisson_arrivals, stepping_rates
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VERDICT = ("stable", "stability_reason", "throughput_ratio", "throughput_ratio_min", "latency_trend",
            "latency_trend_z", "warmup_queries")
 

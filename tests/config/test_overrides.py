@@ -11,7 +11,7 @@ from dvasim.cli import main
 from dvasim.config import apply_overrides, parse_override
 from dvasim.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs/default.toml"
 
 

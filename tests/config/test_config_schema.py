@@ -13,7 +13,7 @@ from dvasim.config.sections import SCHEMA, SUBSECTIONS
 from dvasim.errors import ConfigError
 from dvasim.schema import Key
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE = {"model": {"name": "resnet152", "device": "titanrtx", "stages": 2},
         "workload": {"kind": "poisson", "rate_qps": 50, "n_queries": 10}}
 ALL = {**SCHEMA, **SUBSECTIONS}
