@@ -6,6 +6,6 @@ May import: simpy and the layers below the engines; never torch.
 """
 
 from dvasim.engines.sim.device import MODES, Device
-from dvasim.engines.sim.engine import DeadlockError, SimResult, simulate
+from dvasim.engines.sim.engine import DeadlockError, SimOptions, SimResult, Simulation, simulate
 
-__all__ = ["MODES", "DeadlockError", "Device", "SimResult", "simulate"]
+__all__ = ["MODES", "DeadlockError", "Device", "SimOptions", "SimResult", "Simulation", "simulate"]

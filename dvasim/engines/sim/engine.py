@@ -15,6 +15,7 @@ import math
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import simpy
@@ -65,31 +66,33 @@ def _run_watched(env: simpy.Environment, pipeline: Pipeline, limit: int) -> None
         return
 
 
-def simulate(
-    pipeline: Pipeline,
-    arrivals_ms,
-    seq_lens,
-    *,
-    sharing: str = "fluid",
-    corun_slowdown: float = 1.0,
-    launch_overhead_ms: float = 0.0,
-    admission_delay_ms: float | list[float] = 0.0,
-    service_cv: float = 0.0,
-    seed: int = 0,
-    progress: bool = False,
-    until_ms: float | None = None,
-    closed_clients: int | None = None,
-    think_ms: float = 0.0,
-    fail_soft: bool = False,
-    cores: int = 2,
-    host=None,
-    watchdog_events: int = 1_000_000,
-    records: RecordStore | None = None,
-    keep_queries: bool = True,
-    transfer=None,
-    batch_costs=None,
-    corun_per_worker: float = 0.0,
-) -> SimResult:
+@dataclass(frozen=True)
+class SimOptions:
+    """How :func:`simulate` runs a pipeline: every option of the engine, with its default (see :func:`simulate`'s
+    docstring for what each does). ``simulate(pipeline, arrivals, lens, **options)`` takes them by name."""
+
+    sharing: str = "fluid"
+    corun_slowdown: float = 1.0
+    launch_overhead_ms: float = 0.0
+    admission_delay_ms: float | list[float] = 0.0
+    service_cv: float = 0.0
+    seed: int = 0
+    progress: bool = False
+    until_ms: float | None = None
+    closed_clients: int | None = None
+    think_ms: float = 0.0
+    fail_soft: bool = False
+    cores: int = 2
+    host: Any = None  # a dvasim.server.host.HostModel
+    watchdog_events: int = 1_000_000
+    records: RecordStore | None = None
+    keep_queries: bool = True
+    transfer: Any = None  # a dvasim.server.transfer.Transfer
+    batch_costs: Any = None  # a dvasim.server.costs.BatchCosts
+    corun_per_worker: float = 0.0
+
+
+def simulate(pipeline: Pipeline, arrivals_ms, seq_lens, **options) -> SimResult:
     """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
 
     With ``closed_clients = c`` the load is a closed loop instead: ``c`` clients each send a query, wait for its
@@ -137,16 +140,12 @@ def simulate(
     sees no gap: exact at saturation, at most one entry optimistic for a batch reaching an idle server) and the
     exit delays only the answers.
     ``corun_per_worker = k`` slows every execution by ``1 + k * (n - 1)`` while ``n`` run at once."""
-    return Simulation(pipeline, arrivals_ms, seq_lens, sharing=sharing, corun_slowdown=corun_slowdown,
-                      launch_overhead_ms=launch_overhead_ms, admission_delay_ms=admission_delay_ms,
-                      service_cv=service_cv, seed=seed, progress=progress, until_ms=until_ms,
-                      closed_clients=closed_clients, think_ms=think_ms, fail_soft=fail_soft, cores=cores, host=host,
-                      watchdog_events=watchdog_events, records=records, keep_queries=keep_queries,
-                      transfer=transfer, batch_costs=batch_costs, corun_per_worker=corun_per_worker).run()
+    return Simulation(pipeline, arrivals_ms, seq_lens, SimOptions(**options)).run()
 
 
 class Simulation:
-    """One run of :func:`simulate` (same arguments; ``Simulation(...).run()`` is ``simulate(...)``).
+    """One run of :func:`simulate`: ``Simulation(pipeline, arrivals, lens, SimOptions(...)).run()`` is
+    ``simulate(pipeline, arrivals, lens, ...)``.
 
     Holds the SimPy environment, the device (and, with a host model, the host's launching cores, its interpreter
     lock and the host-to-device link), the queries made so far, one executor per stage of every instance (a
@@ -154,56 +153,33 @@ class Simulation:
     the run: the arrivals reaching the front door (or the closed loop's clients sending), the pipeline deciding
     (:meth:`poke`), stage executions launched and completed, and at the end the result collected."""
 
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        arrivals_ms,
-        seq_lens,
-        *,
-        sharing: str = "fluid",
-        corun_slowdown: float = 1.0,
-        launch_overhead_ms: float = 0.0,
-        admission_delay_ms: float | list[float] = 0.0,
-        service_cv: float = 0.0,
-        seed: int = 0,
-        progress: bool = False,
-        until_ms: float | None = None,
-        closed_clients: int | None = None,
-        think_ms: float = 0.0,
-        fail_soft: bool = False,
-        cores: int = 2,
-        host=None,
-        watchdog_events: int = 1_000_000,
-        records: RecordStore | None = None,
-        keep_queries: bool = True,
-        transfer=None,
-        batch_costs=None,
-        corun_per_worker: float = 0.0,
-    ) -> None:
+    def __init__(self, pipeline: Pipeline, arrivals_ms, seq_lens, options: SimOptions | None = None) -> None:
+        o = SimOptions() if options is None else options
+        self.options = o
         self.t0 = time.perf_counter()
         self.pipeline = pipeline
         self.env = simpy.Environment()
-        self.device = Device(self.env, sharing, corun_slowdown, cores, corun_per_worker=corun_per_worker)
-        if batch_costs is not None and host is None:
-            raise ValueError("batch_costs need a host model")
-        self.host, self.batch_costs, self.launch_overhead_ms = host, batch_costs, launch_overhead_ms
-        self.stalls = False  # host stalls drawn at launches
-        if host is not None:
-            self._build_host(seed)
-        self.jittered = service_cv > 0
+        self.device = Device(self.env, o.sharing, o.corun_slowdown, o.cores, corun_per_worker=o.corun_per_worker)
+        if o.batch_costs is not None and o.host is None:
+            raise ValueError("o.batch_costs need a o.host model")
+        self.host, self.batch_costs, self.launch_overhead_ms = o.host, o.batch_costs, o.launch_overhead_ms
+        self.stalls = False  # o.host stalls drawn at launches
+        if o.host is not None:
+            self._build_host(o.seed)
+        self.jittered = o.service_cv > 0
         if self.jittered:
-            self._build_jitter(service_cv, seed)
-        self._build_inputs(arrivals_ms, seq_lens, admission_delay_ms, seed)
-        self._build_transfer(transfer, batch_costs)
-        self.closed_clients, self.think_ms = closed_clients, think_ms
-        if closed_clients is not None:
-            if closed_clients < 1:
+            self._build_jitter(o.service_cv, o.seed)
+        self._build_inputs(arrivals_ms, seq_lens, o.admission_delay_ms, o.seed)
+        self._build_transfer(o.transfer, o.batch_costs)
+        self.closed_clients, self.think_ms = o.closed_clients, o.think_ms
+        if o.closed_clients is not None:
+            if o.closed_clients < 1:
                 raise ValueError("closed_clients must be >= 1")
         elif self.n_total and np.any(self.arrivals[1:] < self.arrivals[:-1]):
             raise ValueError("arrivals_ms must be sorted (non-decreasing)")
-        self._build_records(records, keep_queries)
-        self.progress, self.until_ms, self.fail_soft = progress, until_ms, fail_soft
-        self.watchdog_events = watchdog_events
+        self._build_records(o.records, o.keep_queries)
+        self.progress, self.until_ms, self.fail_soft = o.progress, o.until_ms, o.fail_soft
+        self.watchdog_events = o.watchdog_events
         self.bar = None  # the progress bar, while running with ``progress``
         self.n_stages = pipeline.n_stages
         self.n_exec = self.n_stages * pipeline.instances  # one executor of every stage of every instance
@@ -212,7 +188,7 @@ class Simulation:
         self.groups = _groups(self.arrivals, self.front_door_times,
                               after=self._through_pool if self.pool else None)
         self.due_group = None  # the group of arrivals an armed timeout brings to the front door
-        if host is None:
+        if o.host is None:
             self._build_direct_executors()
         else:
             self._build_host_executors()
