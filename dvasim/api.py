@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from dvasim import config as cfgmod
+from dvasim.reporting.plots import run_title  # noqa: F401  (the public API's names)
 from dvasim.reporting.result import (  # noqa: F401  (the public API's names)
     CSV_MAX_ROWS,
     RunResult,
     _json_default,
-    run_title,
     versions,
     write_outputs,
 )

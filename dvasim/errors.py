@@ -32,6 +32,10 @@ class WorkloadError(DvasimError):
     """A workload (arrivals, input sizes) is invalid."""
 
 
+class OutputError(DvasimError):
+    """An output file could not be written (a full disk, a read-only folder); nothing half-written is left."""
+
+
 class IncompleteRunWarning(RuntimeWarning):
     """A simulation ended with queries that never finished (the result's ``stuck`` says where they waited)."""
 

@@ -17,7 +17,7 @@ ROOT = Path(dvasim.__file__).parent
 
 # lowest first; a module belongs to the longest prefix that names it
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("dvasim.errors", "dvasim.paths", "dvasim.schema")),
+    ("foundation", ("dvasim.errors", "dvasim.paths", "dvasim.schema", "dvasim.outputs", "dvasim.progress")),
     ("mechanism", ("dvasim.core",)),
     ("policies", ("dvasim.policies",)),
     ("model data", ("dvasim.model",)),

@@ -22,6 +22,7 @@ from dvasim.workload.config import WORKLOAD
 # sizes a run can hold: every buffer pair and instance is state the engine keeps (and a real GPU memory)
 MAX_BUFFER_PAIRS = 64
 MAX_CORES = 4096
+MAX_SERVICE_CV = 10.0
 SHARING_MODES = ("fluid", "exclusive", "parallel", "cores")  # the simulator's device-sharing models
 REPLAY_MODULES = ("auto", "cudagraph", "torchscript", "eager")
 
@@ -52,7 +53,8 @@ ENGINE = Section("engine", "the serving pipeline's engine: buffers, instances, d
         "thread's wake-up): a number >= 0, or a list of >= 2 non-decreasing quantiles of its distribution (ms)",
         default=0.0),
     Key("service_cv", "number", "run-to-run jitter of execution times: coefficient of variation of a mean-1 "
-        "log-normal factor", default=0.0, minimum=0),
+        "log-normal factor (at most 10: a log-normal sigma of 2.15, far beyond any measured device)", default=0.0,
+        minimum=0, maximum=MAX_SERVICE_CV),
     Key("progress", "bool", "show a progress bar", default=False),
     Key("host", "table", "the host of a GPU run (launch costs, launching cores, interpreter lock)", section=HOST),
     Key("transfer", "table", "host-to-GPU input copies", section=TRANSFER),

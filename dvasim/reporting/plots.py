@@ -233,3 +233,9 @@ def capacity_figure(table: pd.DataFrame, path: str | Path, slo_ms: float | None 
     ax.set(xlabel="", ylabel="capacity (queries/s)")
     ax.tick_params(axis="x", rotation=20)
     return save_figure(fig, path, title or (f"capacity with p99 <= {slo_ms:g} ms" if slo_ms else "capacity"))
+
+
+def run_title(summary: dict) -> str:
+    """A figure's title: the policy, the model and the serving stack the run simulated."""
+    stack = summary.get("stack")
+    return f"{summary.get('policy')} on {summary.get('model', '')}" + (f" [stack: {stack}]" if stack else "")

@@ -69,6 +69,7 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, c
         json.dumps({"config": result.config, "versions": versions()}, indent=2, default=_json_default) + "\n"
     )
     if "timeline" in result.extra:
+        from dvasim.reporting.plots import run_title
         from dvasim.reporting.timeline import chrome_trace, gantt_figure
 
         tl = result.extra["timeline"]
@@ -76,7 +77,7 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, c
         if figure and len(tl):
             gantt_figure(tl, out / "timeline.png", title=run_title(result.summary))
     if figure:
-        from dvasim.reporting.plots import latency_figure
+        from dvasim.reporting.plots import latency_figure, run_title
 
         df = result.extra.get("latency_sample")
         if df is None:
@@ -86,12 +87,6 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, c
             qos_target_ms=result.summary.get("qos_target_ms"),
         )
     return out
-
-
-def run_title(summary: dict) -> str:
-    """A figure's title: the policy, the model and the serving stack the run simulated."""
-    stack = summary.get("stack")
-    return f"{summary.get('policy')} on {summary.get('model', '')}" + (f" [stack: {stack}]" if stack else "")
 
 
 def _json_default(o):

@@ -64,6 +64,7 @@ from dvasim.workload.traces import load_trace, trace_arrivals
 __all__ = ["Workload", "workload_from_config", "KINDS", "ALLOWED_KEYS", "length_rng"]
 
 _LEN_KEYS = ("seq_len", "seq_len_dist")
+MAX_SEED = 2**63 - 1  # numpy's seed sequences take any int; records and caches keep it as an int64
 KINDS = ("poisson", "gamma", "uniform", "explicit", "stepping", "phases", "closed", "trace")
 _RATE = ("poisson", "gamma", "uniform")
 _ALL_BUT_EXPLICIT = ("poisson", "gamma", "uniform", "stepping", "phases", "closed", "trace")
@@ -75,7 +76,8 @@ WORKLOAD = Section("workload", "the queries: their arrival times and input lengt
         minimum=0, strict=True, kinds=("gamma",)),
     Key("n_queries", "int", "queries in the run (stepping: 32000; trace: every request, more loops it)",
         minimum=1, kinds=(*_RATE, "stepping", "closed", "trace")),
-    Key("seed", "int", "seed of the arrivals' and the lengths' random streams", default=0, minimum=0),
+    Key("seed", "int", "seed of the arrivals' and the lengths' random streams (at most 2**63 - 1)", default=0,
+        minimum=0, maximum=MAX_SEED),
     Key("start_ms", "number", "arrival time of the first query (ms)", default=0.0, minimum=0,
         kinds=(*_RATE, "stepping", "phases", "trace")),
     Key("arrivals_ms", "any", "a list of arrival times >= 0 (ms, any order: sorted stably, seq_lens with them)",
