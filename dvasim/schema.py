@@ -73,8 +73,8 @@ class Key:
             return "a file path string" if self.kind == "path" else "a string"
         if self.kind == "int":
             if hi is not None:
-                return f"an integer in {lo:g}..{hi:g}"
-            return f"an integer >= {lo:g}" if lo is not None else "an integer"
+                return f"an integer in {int(lo)}..{int(hi)}"
+            return f"an integer >= {int(lo)}" if lo is not None else "an integer"
         bound = ""
         if lo is not None and hi is not None:
             bound = f" in {'(' if self.strict else '['}{lo:g}, {hi:g}{')' if self.strict_max else ']'}"
