@@ -30,9 +30,11 @@ test: $(VENV)/.stamp-dev
 test-slow: $(VENV)/.stamp-dev
 	$(PY) -m pytest -q -m slow
 
+# fuzz: 2,000 random simulator scenarios, and per subcommand a share of 2,000 generated bad inputs (mutations of good
+# ones; the issue's repro cases as seeds): a case breaking the contract is appended to tests/corpus/<command>.jsonl
 fuzz: $(VENV)/.stamp-dev
-	DVASIM_FUZZ_EXAMPLES=2000 $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py tests/test_bad_input_corpus.py \
-		tests/engines/test_long_time.py --hypothesis-show-statistics
+	DVASIM_FUZZ_EXAMPLES=2000 DVASIM_FUZZ_SAVE=tests/corpus $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py \
+		tests/test_bad_input_corpus.py tests/engines/test_long_time.py --hypothesis-show-statistics
 
 bench: $(VENV)/.stamp-run
 	$(PY) benchmarks/bench_speed.py

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ def load_profile(model_cfg: dict[str, Any]):
 
 def run(config, overrides: list[str] | None = None, progress: bool | None = None,
         engine: str | Path | None = None, records: str | Path | None = None, timeline: int = 0,
-        stack: str | None = None) -> RunResult:
+        stack: str | None = None, stop: Callable[[], str | None] | None = None) -> RunResult:
     """Simulate one config (a TOML path, a dict of sections, or an already resolved dict). ``engine``: an engine
     file written by ``dvasim fit``, merged over the config's ``[engine]`` (``--set`` overrides still win).
     ``stack``: the serving stack by name (over the config's ``[server] stack``; see :mod:`dvasim.server`); every
@@ -34,13 +35,17 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     whatever the run's length; ``result.queries`` reads the file back when used); default: keep them in memory.
     ``timeline``: also record the first this many stage executions (``result.extra["timeline"]``, a DataFrame:
     see :mod:`dvasim.reporting.timeline`).
+    ``stop``: asked every few thousand events whether to stop (``None``, or why: ``dvasim run``'s signal handlers
+    answer it). A run stopped so, or by Ctrl-C, returns what was collected: ``result.interrupted`` is true,
+    ``summary["interrupted"]`` too with ``interrupted_reason``, and the queries that had not arrived are left out
+    of the records and the metrics (``summary["n_not_arrived"]`` says how many).
     """
     from dvasim.engines.sim.engine import simulate
     from dvasim.reporting.records import RecordStore
     from dvasim.reporting.stability import offered_rates
 
     cfg = cfgmod.resolve(config, overrides, engine=engine)
-    parts = _build(cfg, stack)
+    parts = build(cfg, stack)
     pipeline, profile, workload, eng = parts.pipeline, parts.profile, parts.workload, cfg["engine"]
     recorder = None
     if timeline:
@@ -60,6 +65,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         progress=eng["progress"] if progress is None else progress,
         closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True, host=parts.served.host,
         transfer=parts.transfer, batch_costs=parts.served.batch, corun_per_worker=parts.served.corun_per_worker,
+        stop=stop,
     )
     summary = _summary(store, cfg, parts, res, offered)
     if res.stuck:
@@ -94,7 +100,10 @@ class _Parts:
     pipeline: Any
 
 
-def _build(cfg: dict[str, Any], stack: str | None) -> _Parts:
+def build(cfg: dict[str, Any], stack: str | None) -> _Parts:
+    """Everything a resolved config builds before the engine runs (the model's table, the serving stack, the input
+    copies, the policy, the workload and the pipeline), each checked: what a study calls to check a config whole
+    without running it."""
     from dvasim.core.pipeline import Pipeline
     from dvasim.engines.sim.corun import sim_corun  # E-Ebird's offline profiler in the simulator
     from dvasim.model.catalog import resolve_model
@@ -138,6 +147,8 @@ def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered) -> dict[st
         **meta_op_counts(res.pipeline.table),
     )
     summary.update(run_verdict(store, cfg, offered))  # stable, its measures; a stepping run's levels
+    if res.interrupted is not None:  # said only when it happened (a finished run's summary is unchanged)
+        summary.update(interrupted=True, interrupted_reason=res.stuck, n_not_arrived=res.n_not_arrived)
     return summary
 
 

@@ -61,12 +61,17 @@ def check_out_dir(path, field: str = "--out") -> None:
     import os
     from pathlib import Path
 
+    if str(path).strip() == "":
+        raise UsageError(field, "is empty; give a directory path")
     p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise UsageError(field, f"{str(p)!r} exists and is not a directory; give a directory path")
-    probe = p
-    while not probe.exists():
-        probe = probe.parent
+    try:
+        if p.exists() and not p.is_dir():
+            raise UsageError(field, f"{str(p)!r} exists and is not a directory; give a directory path")
+        probe = p
+        while not probe.exists():
+            probe = probe.parent
+    except OSError as e:  # a name too long for the file system
+        raise UsageError(field, f"{str(p)[:200]!r}...: {e.strerror or e}; give a shorter path") from None
     if not probe.is_dir():
         raise UsageError(field, f"{str(probe)!r} is a file, so {str(p)!r} cannot be a directory; give another path")
     if not os.access(probe, os.W_OK | os.X_OK):

@@ -1,7 +1,8 @@
 """Writing result files so that nothing is left half-written, and a full disk is one line.
 
-Every output goes to a temporary name beside its final one (``.NAME.partial``) and is renamed when complete
-(:func:`atomic_path`, :func:`write_text`): a reader sees the old file or the new one, never a torn one. An
+Every output goes to a temporary name of its own beside its final one (``.NAME.<random>.partial``: two writers of
+one path never share it) and is renamed when complete (:func:`atomic_path`, :func:`write_text`,
+:func:`write_whole` for files that belong together): a reader sees the old file or the new one, never a torn one. An
 ``OSError`` while writing (a full disk, a read-only folder, a quota) becomes an :class:`~dvasim.errors.OutputError`
 naming the file and the fix; the temporary file is removed.
 
@@ -13,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from dvasim.errors import OutputError
 
@@ -34,8 +37,15 @@ def output_error(path: str | Path, e: OSError) -> OutputError:
 
 
 def partial_path(path: str | Path) -> Path:
+    """The one temporary name of a file that a single writer grows over a run (a streamed record file)."""
     p = Path(path)
     return p.with_name(f".{p.name}.partial")
+
+
+def temporary_path(path: str | Path) -> Path:
+    """A temporary name of its own beside ``path`` (no other writer of ``path`` gets the same one)."""
+    p = Path(path)
+    return p.with_name(f".{p.name}.{uuid.uuid4().hex[:12]}.partial")
 
 
 @contextlib.contextmanager
@@ -43,7 +53,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed to ``path``, on any error it is removed
     (an ``OSError`` is raised again as an :class:`OutputError`)."""
     final = Path(path)
-    tmp = partial_path(final)
+    tmp = temporary_path(final)
     try:
         yield tmp
         os.replace(tmp, final)
@@ -60,6 +70,37 @@ def write_text(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def final_suffix(path: str | Path) -> str:
+    """The suffix of the file ``path`` stands for: its own, or for a temporary name (:func:`temporary_path`) that of
+    the final name (a figure written under a temporary name still knows it is a PNG)."""
+    p = Path(path)
+    if p.name.startswith(".") and p.name.endswith(".partial") and p.name.count(".") >= 3:
+        return Path(p.name[1:].rsplit(".", 2)[0]).suffix
+    return p.suffix
+
+
+def write_whole(writers: dict[Path, Callable[[Path], Any]]) -> None:
+    """Write files that belong together (a results table as CSV and Parquet): ``writer(tmp)`` writes each to a
+    temporary name of its own, and only when every writer is done are they all renamed onto their paths; on any
+    error none is renamed and the temporary files are removed."""
+    tmps: dict[Path, Path] = {}
+    path = next(iter(writers))
+    try:
+        for path, writer in writers.items():
+            tmps[path] = temporary_path(path)
+            writer(tmps[path])
+        for path, tmp in tmps.items():
+            os.replace(tmp, path)
+    except BaseException as e:
+        for tmp in tmps.values():
+            _remove(tmp)
+        if isinstance(e, OSError):
+            raise output_error(path, e) from None
+        if isinstance(e, OutputError) and path in tmps and e.field == str(tmps[path]):  # a writer's own atomic file
+            raise OutputError(str(path), e.message) from None
+        raise
 
 
 def _remove(p: Path) -> None:

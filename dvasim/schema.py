@@ -95,7 +95,10 @@ class Key:
         return "see the help"
 
     def _in_range(self, v: float) -> bool:
-        if math.isnan(v) or (math.isinf(v) and not self.allow_inf):
+        """Within the declared range; ints are compared exactly (a seed of 2**63 - 1 is not rounded to a float)."""
+        if isinstance(v, float) and (math.isnan(v) or (math.isinf(v) and not self.allow_inf)):
+            return False
+        if isinstance(v, int) and not -1e300 < v < 1e300:  # beyond any float: no number key takes it
             return False
         lo, hi = self.minimum, self.maximum
         if lo is not None and (v < lo or (self.strict and v <= lo)):
@@ -110,7 +113,7 @@ class Key:
         if k == "int":
             ok = isinstance(v, int) and not isinstance(v, bool) and self._in_range(v)
         elif k == "number":
-            ok = _is_number(v) and self._in_range(float(v))
+            ok = _is_number(v) and self._in_range(v)
             out = float(v) if ok else v
         elif k == "bool":
             ok = isinstance(v, bool)
@@ -122,12 +125,12 @@ class Key:
             ok = isinstance(v, str | int) and not isinstance(v, bool) and v in self.choices
         elif k in ("numbers", "ints", "quantiles"):
             num = (lambda x: isinstance(x, int) and not isinstance(x, bool)) if k == "ints" else _is_number
-            ok = isinstance(v, list) and all(num(x) and self._in_range(float(x)) for x in v)
+            ok = isinstance(v, list) and all(num(x) and self._in_range(x) for x in v)
             if ok and k == "quantiles":
                 ok = len(v) >= 2 and all(b >= a for a, b in zip(v, v[1:]))
         elif k == "per_stage":
             items = v if isinstance(v, list) else [v]
-            ok = bool(items) and all(_is_number(x) and self._in_range(float(x)) for x in items)
+            ok = bool(items) and all(_is_number(x) and self._in_range(x) for x in items)
         elif k == "table":
             if not isinstance(v, dict):
                 raise ConfigError(field_, f"must be a table of keys ([{field_}])")

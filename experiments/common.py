@@ -1,5 +1,7 @@
 """Shared helpers of the figure scripts (``experiments/fig*.py``): argument parsing, a peak-throughput search that
-can stop the stepping load early, DelayBatch window tuning, Poisson runs, and writing CSV / PNG / tables.
+can stop the stepping load early, DelayBatch window tuning, Poisson runs, and writing CSV / PNG / tables. The
+figures take their colours, SLO marks and axis words from :mod:`dvasim.reporting.plots` (``common.PALETTE``,
+``common.policy_colours``, ``common.slo_line``, ``common.readable``): a policy has one colour in every figure.
 
 Every script has ``main(argv) -> dict[str, pandas.DataFrame]`` and the same options:
 
@@ -25,7 +27,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dvasim.reporting.plots import model_panels  # noqa: F401  (the scripts' panel grid: common.model_panels)
+# the figures' shared helpers, one set for the command line, the scripts and the notebooks: the panel grid, the one
+# colour per policy (PALETTE, policy_colours), the SLO line labelled off the data, words for raw column names
+from dvasim.reporting.plots import (  # noqa: F401
+    PALETTE,
+    SLO_COLOUR,
+    model_panels,
+    policy_colours,
+    readable,
+    slo_line,
+)
 from dvasim.studies import evaluation as study
 
 RESULTS = Path(__file__).resolve().parent / "results"  # the committed results

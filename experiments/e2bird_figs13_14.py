@@ -181,14 +181,20 @@ def table4(models, stack: str = PAPER_STACK) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def system_colours() -> dict[str, str]:
+    """Each system's colour: its policy's in every figure (``common.PALETTE``)."""
+    return {label: common.PALETTE[policy["name"]] for label, (policy, _) in SYSTEMS.items()}
+
+
 def plot13(per_query: pd.DataFrame, path: Path, stack: str) -> None:
     plt, sns = common.plt_sns()
     models = list(dict.fromkeys(per_query.model))
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
     for ax, m in zip(axes[0], models):
         d = per_query[per_query.model == m]
-        sns.lineplot(data=d, x="query", y="latency_ms", hue="system", ax=ax, linewidth=0.8)
-        ax.axhline(QOS_MS, color="k", ls=":", lw=0.8)
+        sns.lineplot(data=d, x="query", y="latency_ms", hue="system", ax=ax, linewidth=0.8,
+                     palette=system_colours())
+        common.slo_line(ax, QOS_MS)
         n_low = int((d[d.system == d.system.iloc[0]].phase == "low").sum())
         ax.axvspan(n_low, d["query"].max(), color="grey", alpha=0.1)
         ax.set(title=f"{m}: low then high load (shaded); stack {stack}", xlabel="arrival order",
@@ -201,7 +207,8 @@ def plot13(per_query: pd.DataFrame, path: Path, stack: str) -> None:
 def plot14(df: pd.DataFrame, path: Path, stack: str) -> None:
     plt, sns = common.plt_sns()
     fig, ax = plt.subplots(figsize=(7, 4))
-    sns.barplot(data=df, x="model", y="capacity_qps", hue="system", ax=ax)
+    sns.barplot(data=df, x="model", y="capacity_qps", hue="system", palette=system_colours(), saturation=1,
+                ax=ax)
     ax.set(ylabel=f"peak throughput, p99 <= {QOS_MS:g} ms (qps)",
            title=f"E2bird Figure 14 (simulated Titan RTX, stack {stack})")
     fig.tight_layout()

@@ -121,9 +121,8 @@ def plot_stepping(q: pd.DataFrame, path: Path) -> None:
             ax.scatter(e["qid"], lat, s=1.5, color=colors[name], label=name, rasterized=True, alpha=0.6)
         ax.set_yscale("log")
         ax.set_ylim(1, 1e4)
-        ax.axhline(200, color="red", ls="--", lw=0.8)
-        ax.annotate("SLO 200 ms", xy=(0.01, 200), xycoords=("axes fraction", "data"), xytext=(0, 3),
-                    textcoords="offset points", color="red", fontsize=8)
+        # the SLO is named in the figure's legend (the right edge holds the offered load's axis)
+        ax.axhline(200, color=common.SLO_COLOUR, ls="--", lw=0.8, label="SLO 200 ms")
         ax.set(title=f"{model}{stack_title(d)}", xlabel="query id (the load steps up every 2,000 queries)", ylabel="latency (ms)")
         ax2 = ax.twinx()
         first = d[d["policy"] == POLICIES[0]]
@@ -132,7 +131,7 @@ def plot_stepping(q: pd.DataFrame, path: Path) -> None:
         ax2.set_ylabel("offered load (QPS, black line)")
         ax2.grid(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=len(POLICIES), markerscale=6)
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), markerscale=6)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -145,7 +144,8 @@ def plot_peaks(peaks: pd.DataFrame, path: Path) -> None:
                       var_name="policy", value_name="peak_qps")
     long["policy"] = long["policy"].str.replace("peak_qps_", "").str.replace("dvabatch_window", "dvabatch+window")
     fig, ax = plt.subplots(figsize=(9, 4))
-    sns.barplot(data=long, x="model", y="peak_qps", hue="policy", ax=ax)
+    sns.barplot(data=long, x="model", y="peak_qps", hue="policy", ax=ax, saturation=1,
+                palette={name: common.PALETTE[name.replace("+", "-")] for name in POLICIES})
     ax.set(ylabel="peak throughput (QPS)", xlabel="",
            title=f"peak throughput under the stepping load (p99 <= 200 ms){stack_title(peaks)}")
     fig.tight_layout()

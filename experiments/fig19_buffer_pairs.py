@@ -65,6 +65,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     g.set(yscale="log")
     g.set_axis_labels("", "mean latency (ms, log)")
     g.set_xticklabels(rotation=20)
+    common.readable(g)
     g.figure.suptitle(f"DVABatch's mean latency by buffer pairs{stack_title(df)}")
     g.figure.subplots_adjust(top=0.85)
     g.figure.savefig(path, dpi=110)

@@ -358,15 +358,23 @@ def _headline(models, agg, fig15, best_g) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# GraphB's windows as shades of its colour: > 0 toward white, < 0 toward black (a longer window, a darker line)
+GRAPHB_SHADES = {"GraphB(5)": 0.55, "GraphB(25)": 0.3, "GraphB(50)": 0.0, "GraphB(95)": -0.4}
+
+
 def _style(label: str) -> dict:
+    """A line's style; its colour is its policy's in every figure (``common.PALETTE``)."""
     if label == "Serial":
-        return {"color": "#8c8c8c", "marker": "s"}
+        return {"color": common.PALETTE["serial"], "marker": "s"}
     if label == "LazyB":
-        return {"color": "#c44e52", "marker": "o", "linewidth": 2.2}
+        return {"color": common.PALETTE["lazybatch"], "marker": "o", "linewidth": 2.2}
     if label == "Oracle":
-        return {"color": "#4c72b0", "marker": "^", "linestyle": "--"}
-    shades = {"GraphB(5)": "#e6c9a8", "GraphB(25)": "#c9a27a", "GraphB(50)": "#a07850", "GraphB(95)": "#6b4a2b"}
-    return {"color": shades.get(label, "#937860"), "marker": "x"}
+        return {"color": common.PALETTE["oracle"], "marker": "^", "linestyle": "--"}
+    from matplotlib.colors import to_hex, to_rgb
+
+    base = np.array(to_rgb(common.PALETTE["graphbatch"]))
+    k = GRAPHB_SHADES.get(label, 0.0)
+    return {"color": to_hex(base + k * (1 - base) if k >= 0 else base * (1 + k)), "marker": "x"}
 
 
 def _plots(out: Path, models, fig12, fig13, fig14, fig15, stack: str = PAPER_STACK) -> None:

@@ -108,7 +108,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     for ax, st in zip(axes, STAGES):
         d = df[df.stages == st]
         sns.barplot(data=d, x="server", y="gpus", hue="policy", ax=ax, order=list(SERVERS),
-                    hue_order=list(POLICIES))
+                    hue_order=list(POLICIES), palette=common.policy_colours(POLICIES), saturation=1)
         for cont in ax.containers:
             ax.bar_label(cont, fmt="%d", fontsize=7)
         ax.set_yscale("log")

@@ -275,6 +275,7 @@ def plot_micro(df, path, op) -> None:
             if ax.get_xlabel() == "ratio":
                 ax.axhline(1.0, color="grey", lw=0.8, ls=":")
                 ax.legend(fontsize=6)
+    common.readable(fig)
     save_figure(fig, path, f"{op} speedup = mean latency without / with {op} (one scripted scenario, a100 tables)"
                            f"{stack_title(df)}")
 

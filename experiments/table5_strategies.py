@@ -170,7 +170,7 @@ def plot(mean: pd.DataFrame, path: Path) -> None:
     order = [ld for ld in PAPER_LOAD if ld in set(mean["load"])]
     for ax, model in zip(axes.flat, models):
         sns.barplot(data=mean[mean["model"] == model], x="load", y="throughput_qps", hue="strategy", order=order,
-                    hue_order=list(LABELS), palette=policy_colours(LABELS), ax=ax)
+                    hue_order=list(LABELS), palette=policy_colours(LABELS), saturation=1, ax=ax)
         ax.set(title=f"{PAPER_NAME.get(model, model)} ({model})", xlabel="load", ylabel="throughput (queries/s)")
         ax.legend(title="strategy", fontsize=7, ncol=2)
     save_figure(fig, path, f"Table 5's eight strategies{stack_title(mean)}")

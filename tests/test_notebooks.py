@@ -1,5 +1,7 @@
-"""The what-if notebooks run top to bottom (their own assertions included)."""
+"""The what-if notebooks run top to bottom (their own assertions included), show their plots inline (issue 23: no
+backend forced on a notebook) and colour every policy as every other figure does."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,34 @@ def test_notebook_executes(path):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not any(o.get("output_type") == "error" for o in outputs)
     assert any("text/html" in o.get("data", {}) for o in outputs), "the notebook shows its result table"
+    # every cell that plots shows its figure (a forced Agg backend left them blank)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and PLOTS.search(cell.source):
+            assert any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])), (path.name, cell.source)
+
+
+PLOTS = re.compile(r"\bsns\.\w*plot\(|\bdisplay\(Image\(")
+
+
+def test_a_plot_after_a_sweep_shows_inline():
+    """which_batch_window runs dvasim's sweep (which draws and writes its own figure) before its plot cell."""
+    nb = nbformat.read(NOTEBOOKS[0].parent / "which_batch_window.ipynb", as_version=4)
+    sweep = next(i for i, c in enumerate(nb.cells) if "sweep(" in c.source)
+    assert any(PLOTS.search(c.source) for c in nb.cells[sweep + 1:] if c.cell_type == "code")
+
+
+def test_notebooks_colour_policies_with_the_one_palette():
+    """A plot whose hue is a policy (or a batching system, named like one) takes its colours from
+    ``dvasim.reporting.plots.policy_colours``, as the command line's and the experiments' figures do."""
+    hued = 0
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            for call in re.findall(r"sns\.\w+\((?:[^()]|\([^()]*\))*\)", cell.source):
+                if re.search(r'hue="(policy|system)"', call):
+                    hued += 1
+                    assert re.search(r"palette=policy_colours\(", call), (path.name, call)
+                    assert "bar" not in call or "saturation=1" in call, (path.name, call)
+    assert hued >= 4
 
 
 def test_there_is_a_notebook():

@@ -13,6 +13,9 @@
     dvasim fit DIR... --out engine.toml                  the engine fitted to replay folders (dvasim run --engine)
 
 Errors a user can fix print one line (``dvasim: error: <field>: <what is allowed>``) and exit with status 2.
+Every command stops on Ctrl-C (SIGINT) or SIGTERM with one line and status 130 or 143, its files written whole or
+not at all; ``dvasim run`` also keeps what it simulated, readable (:mod:`dvasim.cli.run`). A closed standard output (``dvasim policies --json | head``) ends
+any command quietly, with status 141 (the shell's for SIGPIPE).
 
 The command line is the top layer: it may import every layer below it, and nothing in the package imports it but
 ``dvasim.__main__``. One module per subcommand, each with its arguments and its command function (``run``,
@@ -23,6 +26,9 @@ module keeps :func:`main`, the dispatch.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 
 from dvasim.cli.capacity import cmd_capacity
@@ -65,9 +71,8 @@ def build_parser() -> OneLineParser:
 def run_parsed(argv: list[str]) -> int:
     """Parse ``argv`` with :func:`build_parser` and run its subcommand: a :class:`DvasimError` is one line and
     status 2, Ctrl-C status 130."""
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except DvasimError as e:
         print(f"dvasim: error: {e}", file=sys.stderr)
@@ -77,10 +82,75 @@ def run_parsed(argv: list[str]) -> int:
         return 130
 
 
+BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
+TERMINATED = 143  # 128 + SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM (what a scheduler or a container sends) as an exception, so that every command unwinds as it does
+    for Ctrl-C: its files are written whole or not at all (:mod:`dvasim.outputs`), its pool is cancelled."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    """SIGTERM raises :class:`Terminated` for the block (``dvasim run`` installs its own, gentler handler while it
+    simulates); the previous handler comes back after. Off the main thread Python cannot install one."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``dvasim COMMAND ...`` (``argv``: the words after ``dvasim``; default ``sys.argv[1:]``): the subcommands that
     parse their own arguments are handed the rest of the line, the others are parsed here. Returns the exit
-    status."""
+    status; a standard output closed by its reader ends the command quietly (:data:`BROKEN_PIPE`)."""
+    try:
+        try:
+            with _sigterm_unwinds():
+                return dispatch(argv)
+        except KeyboardInterrupt:  # Ctrl-C where no command handles it (while starting up, say): one line
+            print("dvasim: interrupted", file=sys.stderr)
+            return 130
+        except Terminated:
+            print("dvasim: terminated by SIGTERM", file=sys.stderr)
+            return TERMINATED
+        finally:  # flushed here, not at exit (-h ends with SystemExit): a closed pipe is met where it is handled
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE
+    except OSError as e:  # standard output on a full device (> /dev/full), or a write no command turned into a line
+        _silence_stdout()
+        print(f"dvasim: error: {e.filename or 'standard output'}: cannot write ({e.strerror or e})", file=sys.stderr)
+        return 2
+
+
+def _silence_stdout() -> None:
+    """The Python docs' recipe for a closed pipe: point standard output at devnull, so that nothing more (the
+    interpreter's last flush included) fails on it."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture): nothing to silence
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def dispatch(argv: list[str] | None = None) -> int:
+    """:func:`main` without the closed-pipe handling: the subcommand of ``argv`` run, its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("--version", "-V"):
         print(f"dvasim {version()}")

@@ -25,7 +25,8 @@ def check_stack(name) -> None:
 
 def print_summary(summary: dict, file=sys.stdout) -> None:
     keys = [
-        "policy", "stack", "n_queries", "n_completed", "offered_qps", "throughput_qps", "mean_latency_ms", "p50_latency_ms",
+        "policy", "stack", "n_queries", "n_completed", "n_not_arrived", "offered_qps", "throughput_qps",
+        "mean_latency_ms", "p50_latency_ms",
         "p90_latency_ms", "p95_latency_ms", "p99_latency_ms", "qos_target_ms", "qos_violation_rate",
         "mean_exit_batch_size", "n_batches", "n_stretch", "n_split", "device_busy_fraction", "sim_queries_per_wall_s",
         "stable", "stability_reason",
@@ -88,25 +89,41 @@ class StrictParser(argparse.ArgumentParser):
         raise UsageError("arguments", message)
 
 
-def positive_int(field: str, v, minimum: int = 1) -> int:
-    """An integer option >= ``minimum``."""
+def positive_int(field: str, v, minimum: int = 1, maximum: int | None = None) -> int:
+    """An integer option >= ``minimum`` (and <= ``maximum`` when given)."""
+    allowed = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
     try:
         n = int(v)
     except (TypeError, ValueError):
-        raise UsageError(field, f"must be an integer >= {minimum}, got {v!r}") from None
-    if n < minimum:
-        raise UsageError(field, f"must be an integer >= {minimum}, got {v!r}")
+        raise UsageError(field, f"must be an integer {allowed}, got {v!r}") from None
+    if n < minimum or (maximum is not None and n > maximum):
+        raise UsageError(field, f"must be an integer {allowed}, got {v!r}")
     return n
 
 
+def max_threads() -> int:
+    """The most intra-op threads a torch command takes: 4 per logical CPU of this machine, at most 256 (torch
+    crashes on a thread pool far beyond the machine)."""
+    import os
+
+    return min(256, 4 * (os.cpu_count() or 1))
+
+
+def thread_count(field: str, v) -> int:
+    """A thread-count option: an integer in 1..:func:`max_threads`."""
+    return positive_int(field, v, 1, max_threads())
+
+
 def number(field: str, v, minimum: float, strict: bool = False) -> float:
-    """A number option: > ``minimum`` if ``strict``, else >= ``minimum``."""
+    """A finite number option: > ``minimum`` if ``strict``, else >= ``minimum``."""
+    import math
+
     try:
         x = float(v)
     except (TypeError, ValueError):
         x = float("nan")
-    if not (x > minimum if strict else x >= minimum):
-        raise UsageError(field, f"must be a number {'>' if strict else '>='} {minimum:g}, got {v!r}")
+    if not math.isfinite(x) or not (x > minimum if strict else x >= minimum):
+        raise UsageError(field, f"must be a finite number {'>' if strict else '>='} {minimum:g}, got {v!r}")
     return x
 
 
@@ -131,4 +148,5 @@ def add_torch_run_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of both torch commands: the config's, --device and --threads."""
     add_config_arguments(p, "TOML config file (a named model: name, device, stages)")
     p.add_argument("--device", default="cpu", help="cpu (threads) or cuda (streams and events); default cpu")
-    p.add_argument("--threads", default="1", help="torch intra-op threads for the run (process-wide); default 1")
+    p.add_argument("--threads", default="1", help="torch intra-op threads for the run (process-wide; 1..4 per "
+                                                  "logical CPU, at most 256); default 1")

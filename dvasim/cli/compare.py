@@ -4,8 +4,11 @@
     dvasim compare [--models ...] [--policies ...] [--queries N] [--workers W] [--out DIR] [--stack NAME]
 
 Writes compare.csv, calibration.csv, reductions.csv, attribution.csv and the figures in ``--out`` and prints the
-report. A bad argument prints one line, ``dvasim compare: error: <flag>: <what is allowed>``, and exits with
-status 2."""
+report; each table is written under a temporary name and renamed when complete. A bad argument prints one line,
+``dvasim compare: error: <flag>: <what is allowed>``, and exits with status 2 before any run: ``--queries``
+100..20,000,000 (a run's limit, :data:`dvasim.workload.arrivals.MAX_QUERIES`), ``--workers`` 1..256 (never more
+processes than runs), ``--seed`` 0..2**63-1, ``--slo-ms`` a finite number > 0, ``--device`` a table's device,
+``--out`` a folder that can be made (not empty)."""
 
 from __future__ import annotations
 
@@ -14,9 +17,12 @@ import time
 from pathlib import Path
 
 from dvasim.errors import OneLineParser, check_out_dir
+from dvasim.outputs import atomic_path
 from dvasim.studies import compare as compare_study
 from dvasim.studies import evaluation as study
 from dvasim.studies.compare import print_attribution, print_report, print_variants, stack_title, with_stacks
+
+MAX_WORKERS = 256  # --workers (and never more processes than runs)
 
 
 def compare_parser() -> OneLineParser:
@@ -24,9 +30,11 @@ def compare_parser() -> OneLineParser:
     ap = OneLineParser(prog="dvasim compare", description=compare_study.__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(study.MODELS), help="comma-separated model names")
     ap.add_argument("--device", default="titanrtx", help="titanrtx | a100 | h100 | cpu")
-    ap.add_argument("--queries", type=int, default=5000, help="queries per (model, load, policy) run")
-    ap.add_argument("--workers", type=int, default=2, help="processes")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--queries", type=int, default=5000,
+                    help="queries per (model, load, policy) run (100..20,000,000)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help=f"processes (1..{MAX_WORKERS}; never more than the runs that can go at once)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of every run's arrivals (0..2**63-1)")
     ap.add_argument("--peak", choices=("stepping", "capacity"), default="stepping",
                     help="how peaks are found: the paper's stepping load and bisection (default) or dvasim "
                          "capacity's confident bisection on Poisson loads")
@@ -56,12 +64,30 @@ def argument_problem(args, models: list[str], labels: list[str]) -> str | None:
     if unknown or not labels:
         what = f"unknown {unknown[0]!r}" if unknown else "no label given"
         return f"--policies: {what}; allowed: {', '.join(study.VARIANT_BY_LABEL)}"
-    if args.queries < 100 or args.workers < 1:
-        return "--queries must be >= 100 and --workers >= 1"
-    if not args.slo_ms > 0:
-        return f"--slo-ms: must be a number > 0 (ms), got {args.slo_ms}"
-    if args.seed < 0:
-        return f"--seed: must be an integer >= 0, got {args.seed}"
+    return number_problem(args)
+
+
+def number_problem(args) -> str | None:
+    """What is wrong with the numbers, the device and ``--out`` (``<flag>: <what is allowed>``), or None."""
+    import math
+
+    from dvasim.model.catalog import DEVICES
+    from dvasim.workload.arrivals import MAX_QUERIES
+    from dvasim.workload.config import MAX_SEED
+
+    if not 100 <= args.queries <= MAX_QUERIES:
+        return (f"--queries: must be an integer in 100..{MAX_QUERIES:,} (the queries one run takes), "
+                f"got {args.queries:,}")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        return f"--workers: must be an integer in 1..{MAX_WORKERS}, got {args.workers}"
+    if not (math.isfinite(args.slo_ms) and args.slo_ms > 0):
+        return f"--slo-ms: must be a finite number > 0 (ms), got {args.slo_ms}"
+    if not 0 <= args.seed <= MAX_SEED:
+        return f"--seed: must be an integer in 0..2**63-1, got {args.seed}"
+    if args.device not in DEVICES:
+        return f"--device: must be one of {', '.join(DEVICES)}, got {args.device!r}"
+    if not args.out.strip():
+        return "--out: is empty; give an output directory, e.g. results/compare"
     return None
 
 
@@ -94,13 +120,18 @@ def cli_compare(argv: list[str] | None = None) -> int:
     served = served_by(args)
     check_out_dir(args.out)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results, calib = study.compare(models, n_queries=1000 if args.quick else args.queries, seed=args.seed,
                                    workers=args.workers, device=args.device, refine=2 if args.quick else 4,
                                    policies=labels, qos_ms=args.slo_ms, peak=args.peak, **served)
     warn_peaks_at_the_top(calib, args)
     results, calib = with_stacks(results, calib, args.device, **served)
+    try:  # made only now: a study that fails leaves no folder behind
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from dvasim.outputs import output_error
+
+        raise output_error(out, e) from None
     report(results, calib, out, args)
     print(f"\n{len(results)} runs in {time.perf_counter() - t0:.0f} s; results in {out}/")
     return 0
@@ -121,11 +152,11 @@ def report(results, calib, out: Path, args) -> None:
     red_mean = study.reductions(results, "mean_latency_ms")
     red_p99 = study.reductions(results, "p99_latency_ms")
     att = study.attribution(results, "mean_latency_ms")
-    results.to_csv(out / "compare.csv", index=False)
-    calib.to_csv(out / "calibration.csv", index=False)
     red = red_mean.merge(red_p99, on=["model", "load"], suffixes=("_mean", "_p99"))
-    red.to_csv(out / "reductions.csv", index=False)
-    att.to_csv(out / "attribution.csv", index=False)
+    for name, df in (("compare.csv", results), ("calibration.csv", calib), ("reductions.csv", red),
+                     ("attribution.csv", att)):
+        with atomic_path(out / name) as tmp:  # renamed when complete: a full disk leaves no torn table
+            df.to_csv(tmp, index=False)
     from dvasim.reporting.plots import attribution_bars, policy_bars
 
     on = stack_title(results)

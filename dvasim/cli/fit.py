@@ -1,13 +1,17 @@
 """``dvasim fit DIR... --out engine.toml``: the simulator's engine fitted to replay folders
 (:func:`dvasim.fitting.fit.fit`), written as an engine file for ``dvasim run --engine``; with ``--table``, every
 folder simulated with the fitted engine and compared with its own queries. Bad input prints one line and exits
-with status 2."""
+with status 2; everything is checked before the engine file is written (``--out``, ``--table``, every replay folder
+and, with ``--table``, every folder's simulation), and the file is written under a temporary name and renamed when
+complete, so an error leaves nothing behind."""
 
 from __future__ import annotations
 
 import sys
 
 from dvasim.errors import ConfigError, DvasimError, OneLineParser
+
+MAX_HOST_CORES = 1024  # --host-cores: the launching cores of a replay's host
 
 
 def fit_parser() -> OneLineParser:
@@ -20,7 +24,8 @@ def fit_parser() -> OneLineParser:
                    help="a per-stage GPU-time table (CUDA graph replays) for the device model, when the replays' "
                         "table timed host-bound launches")
     p.add_argument("--modules", default=None, help="module kind the replays ran (default: from their configs)")
-    p.add_argument("--host-cores", default="16", help="launching cores of the replay's host (not fitted)")
+    p.add_argument("--host-cores", default="16",
+                   help=f"launching cores of the replay's host (not fitted; 1..{MAX_HOST_CORES})")
     p.add_argument("--operators", default=None, metavar="N,N,...",
                    help="the operators in each replayed stage, for the launch law (default: the cuts of --table's "
                         "'# slicing:' line when it has them, else the replays' [model] resolved today)")
@@ -38,16 +43,15 @@ def host_cores(args) -> int:
         cores = int(args.host_cores)
     except ValueError:
         cores = 0
-    if cores < 1:
-        raise ConfigError("--host-cores", f"must be an integer >= 1, got {args.host_cores!r}")
+    if not 1 <= cores <= MAX_HOST_CORES:
+        raise ConfigError("--host-cores", f"must be an integer in 1..{MAX_HOST_CORES}, got {args.host_cores!r}")
     return cores
 
 
-def operators_of(args) -> tuple[list[int] | None, str | None]:
+def operators_of(args, table) -> tuple[list[int] | None, str | None]:
     """The operators in each stage for the launch law and where they come from: ``--operators``, else
-    ``--table``'s lines, else ``(None, None)`` (the fit reads the replays' models)."""
+    ``table``'s lines (``--table``), else ``(None, None)`` (the fit reads the replays' models)."""
     from dvasim.fitting.fit import table_operators
-    from dvasim.schema import find_file
 
     ops = ops_src = None
     if args.operators is not None:
@@ -59,32 +63,82 @@ def operators_of(args) -> tuple[list[int] | None, str | None]:
         if not ops or min(ops) < 1:
             raise ConfigError("--operators", f"must be comma-separated counts >= 1, e.g. 39,39,40,39; got "
                                              f"{args.operators!r}")
-    elif args.table is not None:
-        ops = table_operators(find_file(args.table, None, "--table"))
+    elif table is not None:
+        ops = table_operators(table)
         ops_src = f"--table's '# operators:' and '# slicing:' lines ({args.table})" if ops else None
     return ops, ops_src
 
 
-def cli_fit(argv=None) -> int:
-    from dvasim.fitting.fit import fit, write_engine
+def table_of(args):
+    """``--table`` found and read: ``(its path, its LatencyTable)``, or ``None`` without one; a bad one is an
+    error naming --table."""
+    if args.table is None:
+        return None
+    from dvasim.errors import TableError
+    from dvasim.model.table import LatencyTable
+    from dvasim.schema import find_file
 
+    path = find_file(args.table, None, "--table")
+    try:
+        return path, LatencyTable.load(path)
+    except TableError as e:
+        raise ConfigError("--table", e.message) from None
+
+
+def self_checked(res: dict, runs: list[dict], table_path) -> list[dict]:
+    """With ``--table``: every folder simulated with the fitted engine (written to a scratch file, not ``--out``)
+    against its own queries; the errors go into ``res["fit"]``. A folder that cannot be simulated is an error
+    naming --table and the folder."""
+    import tempfile
+    from pathlib import Path
+
+    from dvasim.fitting.check import self_check
+    from dvasim.fitting.fit import write_engine
+    from dvasim.fitting.logs import find_log
+
+    for r in runs:
+        if find_log(Path(r["dir"]), "config.toml") is None:
+            raise ConfigError("--table", f"{r['dir']}: has no config.toml (or config.toml.gz); the self-check "
+                                         "simulates each folder's config.toml")
+    with tempfile.TemporaryDirectory(prefix="dvasim-fit-") as tmp:
+        engine = write_engine(res, Path(tmp) / "engine.toml")
+        checks = []
+        for r in runs:
+            try:
+                checks += self_check([r["dir"]], table_path, engine)
+            except DvasimError as e:
+                raise ConfigError("--table", f"{r['dir']} simulated on {table_path}: {e}") from None
+    for k in ("throughput_qps", "mean_latency_ms", "p99_latency_ms"):
+        res["fit"][f"self_check_err_{k}"] = [round(c[f"err_{k}"], 4) for c in checks]
+    return checks
+
+
+def fit_command(args) -> tuple[dict, list[dict] | None, object]:
+    """Check everything (``--out``, ``--host-cores``, ``--table``, ``--operators``, every folder), fit, self-check
+    with ``--table``, and only then write the engine file; returns ``(fit, self-checks, path written)``."""
+    from dvasim.fitting.fit import check_engine_path, fit, write_engine
+    from dvasim.fitting.logs import read_replay
+
+    out = check_engine_path(args.out)
+    cores = host_cores(args)
+    table_path, table = table_of(args) or (None, None)
+    ops, ops_src = operators_of(args, table)
+    runs = [read_replay(d) for d in args.dirs]  # every folder read and checked before any fitting
+    n = int(runs[0]["executions"]["stage"].max()) + 1
+    if table is not None and table.n_stages != n:
+        raise ConfigError("--table", f"{table_path} has {table.n_stages} stages; the replays have {n}: give the "
+                                     "table their policy decided with")
+    res = fit(runs, launch_table=args.launch_table, modules=args.modules, host_cores=cores,
+              gpu_table=args.gpu_table, fit_cores_from_overlap=args.fit_cores, operators=ops,
+              operators_source=ops_src)
+    checks = self_checked(res, runs, table_path) if table is not None else None
+    return res, checks, write_engine(res, out)
+
+
+def cli_fit(argv=None) -> int:
     try:
         args = fit_parser().parse_args(argv)
-        cores = host_cores(args)
-        ops, ops_src = operators_of(args)
-        res = fit(args.dirs, launch_table=args.launch_table, modules=args.modules, host_cores=cores,
-                  gpu_table=args.gpu_table, fit_cores_from_overlap=args.fit_cores, operators=ops,
-                  operators_source=ops_src)
-        out = write_engine(res, args.out)
-        checks = None
-        if args.table is not None:
-            from dvasim.fitting.check import self_check
-            from dvasim.schema import find_file
-
-            checks = self_check(args.dirs, find_file(args.table, None, "--table"), out)
-            for k in ("throughput_qps", "mean_latency_ms", "p99_latency_ms"):
-                res["fit"][f"self_check_err_{k}"] = [round(c[f"err_{k}"], 4) for c in checks]
-            out = write_engine(res, args.out)
+        res, checks, out = fit_command(args)
     except DvasimError as e:
         print(f"dvasim: error: {e}", file=sys.stderr)
         return 2

@@ -7,7 +7,11 @@
 
 The argument parsing and the printing; the measuring is :mod:`dvasim.model.profiling.profiler`'s (its module
 docstring says how). ``python -m dvasim.cli.profile ...`` is the same command. Bad input prints one line,
-``dvasim profile: error: <field>: <fix>``, and exits with status 2.
+``dvasim profile: error: <field>: <fix>``, and exits with status 2, before anything is measured or written. The
+limits: ``--threads`` 1..4 per logical CPU (at most 256), ``--seed`` 0..2**63-1, ``--batch-sizes`` 1..4096,
+``--seq-lens`` up to the model's longest input, ``--repeats`` 1..10000 and ``--warmup`` 0..10000; ``--out`` a
+``.csv`` file whose folder can be made. The table (and its side files) are written under temporary names and
+renamed when complete.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
-from dvasim.errors import DvasimError
+from dvasim.cli.common import max_threads
+from dvasim.errors import DvasimError, check_out_dir
 from dvasim.model.profiling.profiler import (
     DEFAULT_REPEATS,
     DEFAULT_THREADS,
@@ -34,6 +39,9 @@ from dvasim.model.profiling.profiler import (
 )
 
 __all__ = ["cli_profile"]
+
+MAX_BATCH_SIZE = 4096  # --batch-sizes
+MAX_PASSES = 10_000  # --repeats, --warmup
 
 
 class _ArgError(Exception):
@@ -53,13 +61,14 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgError(field, message)
 
 
-def _int_list(text: str, field: str, example: str) -> list[int]:
+def _int_list(text: str, field: str, example: str, top: int | None = None) -> list[int]:
     try:
         vals = [int(v) for v in str(text).split(",") if v.strip() != ""]
     except ValueError:
         vals = []
-    if not vals or any(v < 1 for v in vals):
-        raise _ArgError(field, f"must be a comma-separated list of positive integers, e.g. {example}; got {text!r}")
+    if not vals or any(v < 1 or (top is not None and v > top) for v in vals):
+        within = "positive integers" if top is None else f"integers in 1..{top}"
+        raise _ArgError(field, f"must be a comma-separated list of {within}, e.g. {example}; got {text!r}")
     return sorted(set(vals))
 
 
@@ -83,13 +92,14 @@ def _build_parser() -> _Parser:
                    help="the kinds for <out>.launch.csv, overriding --modules (comma-separated, or 'none'; "
                         "default on cpu: none)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--batch-sizes", default="1,2,4,8", help="comma-separated, default 1,2,4,8")
+    p.add_argument("--batch-sizes", default="1,2,4,8", help=f"comma-separated, 1..{MAX_BATCH_SIZE}, default 1,2,4,8")
     p.add_argument("--seq-lens", default=None, help="comma-separated sequence lengths (token models only)")
     p.add_argument("--slice-batch-size", default=None, help="batch size the slicing uses (default: smallest)")
     p.add_argument("--repeats", default=str(DEFAULT_REPEATS), help=f"timed passes per point (default {DEFAULT_REPEATS})")
     p.add_argument("--warmup", default=str(DEFAULT_WARMUP), help=f"untimed passes per point (default {DEFAULT_WARMUP})")
-    p.add_argument("--threads", default=str(DEFAULT_THREADS), help=f"torch intra-op threads (default {DEFAULT_THREADS})")
-    p.add_argument("--seed", default="0", help="weight seed (default 0)")
+    p.add_argument("--threads", default=str(DEFAULT_THREADS),
+                   help=f"torch intra-op threads (1..4 per logical CPU, at most 256; default {DEFAULT_THREADS})")
+    p.add_argument("--seed", default="0", help="weight seed (0..2**63-1, default 0)")
     p.add_argument("--max-foreign-load", default=None,
                    help="re-measure a point if other processes used more than this many cores meanwhile")
     p.add_argument("--no-stats", action="store_true", help="do not write the <out>.stats.csv spread file")
@@ -97,12 +107,12 @@ def _build_parser() -> _Parser:
     return p
 
 
-def _parse_int(text, field: str, lo: int, what: str) -> int:
+def _parse_int(text, field: str, lo: int, what: str, hi: int | None = None) -> int:
     try:
         v = int(str(text))
     except ValueError:
         raise _ArgError(field, f"must be {what}, got {text!r}") from None
-    if v < lo:
+    if v < lo or (hi is not None and v > hi):
         raise _ArgError(field, f"must be {what}, got {text!r}")
     return v
 
@@ -126,20 +136,24 @@ def _max_foreign_load(text) -> float | None:
         max_load = float(text)
     except ValueError:
         max_load = -1.0
-    if not max_load >= 0:
-        raise _ArgError("--max-foreign-load", f"must be a number of cores >= 0; got {text!r}")
+    if not (max_load >= 0 and max_load != float("inf")):
+        raise _ArgError("--max-foreign-load", f"must be a finite number of cores >= 0; got {text!r}")
     return max_load
 
 
 def _grid_and_counts(args) -> dict:
     """The points to measure (batch sizes, lengths) and how (repeats, warm-up, threads, seed, machine load)."""
+    from dvasim.workload.config import MAX_SEED
+
+    top = max_threads()
     return {
-        "bss": _int_list(args.batch_sizes, "--batch-sizes", "1,2,4,8"),
+        "bss": _int_list(args.batch_sizes, "--batch-sizes", "1,2,4,8", MAX_BATCH_SIZE),
         "sls": None if args.seq_lens is None else _int_list(args.seq_lens, "--seq-lens", "16,32,64"),
-        "repeats": _parse_int(args.repeats, "--repeats", 1, "an integer >= 1"),
-        "warmup": _parse_int(args.warmup, "--warmup", 0, "an integer >= 0"),
-        "threads": _parse_int(args.threads, "--threads", 1, "an integer >= 1"),
-        "seed": _parse_int(args.seed, "--seed", 0, "an integer >= 0"),
+        "repeats": _parse_int(args.repeats, "--repeats", 1, f"an integer in 1..{MAX_PASSES}", MAX_PASSES),
+        "warmup": _parse_int(args.warmup, "--warmup", 0, f"an integer in 0..{MAX_PASSES}", MAX_PASSES),
+        "threads": _parse_int(args.threads, "--threads", 1,
+                              f"an integer in 1..{top} (4 per logical CPU of this machine, at most 256)", top),
+        "seed": _parse_int(args.seed, "--seed", 0, "an integer in 0..2**63-1", MAX_SEED),
         "max_load": _max_foreign_load(args.max_foreign_load),
     }
 
@@ -180,9 +194,16 @@ def _slicing(args, bss: list[int]) -> dict:
 
 
 def _out_path(args) -> Path:
+    """``--out``: a ``.csv`` file (not a folder) whose folder exists or can be made."""
     out = Path(args.out)
     if out.suffix.lower() != ".csv":
         raise _ArgError("--out", f"must be a .csv path; got {args.out!r}")
+    if out.is_dir():
+        raise _ArgError("--out", f"{args.out!r} is a folder; give a file name such as table.csv")
+    try:
+        check_out_dir(out.parent, "--out")
+    except DvasimError as e:
+        raise _ArgError("--out", e.message) from None
     return out
 
 
@@ -232,6 +253,9 @@ def _request(args) -> SimpleNamespace:
     model = zoo.build(args.model, variant=args.variant, seed=grid["seed"])
     if grid["sls"] is not None and getattr(model, "input_kind", None) != "tokens":
         raise _ArgError("--seq-lens", f"only token models take sequence lengths; {args.model} takes images")
+    longest = getattr(model, "max_seq_len", None)
+    if grid["sls"] is not None and longest and max(grid["sls"]) > int(longest):
+        raise _ArgError("--seq-lens", f"must be at most {longest} ({args.model}'s longest input); got {args.seq_lens!r}")
     return SimpleNamespace(**grid, **slicing, out=out, device=device, table_kind=table_kind,
                            launch_kinds=launch_kinds, model=model, per_op=args.per_op, stats=not args.no_stats)
 

@@ -7,7 +7,10 @@
 
 Bad input prints one line, ``dvasim replay: error: <field>: <fix>`` (config errors, and ``--device cuda`` on a
 machine without CUDA: ``dvasim: error: device: cuda is not available on this machine; ...``), and exits with
-status 2. A failed stage exits with status 1 (the records so far are written); Ctrl-C stops the run,
+status 2, before anything runs or is written: ``--out`` (a folder that can be made), ``--threads`` (1..4 per
+logical CPU, at most 256), ``--warmup`` (0..1000), ``--target-qps`` (a finite number > 0), the config, and that
+``[model] device`` is the table of the machine the replay runs on (``cpu`` on the CPU; on a GPU that GPU's, e.g.
+``h100`` on an H100): the policy decides with that table's times. ``--help`` works without torch. A failed stage exits with status 1 (the records so far are written); Ctrl-C stops the run,
 writes the records collected so far and exits with status 130.
 """
 
@@ -23,10 +26,12 @@ from dvasim.cli.common import (
     number,
     positive_int,
     print_summary,
+    thread_count,
 )
-from dvasim.errors import DvasimError
+from dvasim.errors import DvasimError, check_out_dir
 
 MODULES = ("auto", "cudagraph", "torchscript", "eager")
+MAX_WARMUP = 1000  # --warmup: untimed passes per stage
 
 
 def replay_parser() -> StrictParser:
@@ -36,7 +41,8 @@ def replay_parser() -> StrictParser:
     p.add_argument("--loadgen", action="store_true",
                    help="let MLPerf LoadGen (Server scenario) issue the queries and measure latency")
     p.add_argument("--target-qps", default=None, help="LoadGen's target QPS (default: the workload's rate_qps)")
-    p.add_argument("--warmup", default="2", help="untimed warm-up passes per stage before the run (default 2)")
+    p.add_argument("--warmup", default="2",
+                   help=f"untimed warm-up passes per stage before the run (0..{MAX_WARMUP}, default 2)")
     p.add_argument("--modules", default=None,
                    help="how the stages run: auto (CUDA graphs on cuda, TorchScript on cpu), cudagraph (captured per "
                         "batch size and length bucket at start-up), torchscript or eager; default: the config's "
@@ -48,13 +54,14 @@ def replay_options(argv: list[str]):
     """The parsed arguments and the checked ``(device, threads, warmup, target_qps)``; ``--modules`` becomes a
     ``replay.modules`` override. Raises :class:`UsageError` or :class:`DvasimError`."""
     args = replay_parser().parse_args(argv)
+    check_out_dir(args.out)
     if args.modules is not None:
         if args.modules not in MODULES:
             raise UsageError("--modules", f"must be one of {', '.join(MODULES)}, got {args.modules!r}")
         args.set = [*(args.set or []), f'replay.modules="{args.modules}"']
     dev = check_device(args.device)
-    threads = positive_int("--threads", args.threads)
-    warmup = positive_int("--warmup", args.warmup, minimum=0)
+    threads = thread_count("--threads", args.threads)
+    warmup = positive_int("--warmup", args.warmup, minimum=0, maximum=MAX_WARMUP)
     target = None
     if args.target_qps is not None:
         target = number("--target-qps", args.target_qps, 0.0, strict=True)
@@ -72,9 +79,18 @@ def cli_replay(argv: list[str]) -> int:
     except DvasimError as e:
         print(f"dvasim: error: {e}", file=sys.stderr)
         return 2
-    from dvasim.api import write_outputs
-    from dvasim.engines.replay.engine import ReplayError, write_executions
+    try:
+        from dvasim.api import write_outputs
+        from dvasim.engines.replay.engine import ReplayError, write_executions
 
+        check_model_device(args, dev)
+    except ImportError as e:
+        print(f"dvasim replay: error: needs torch ({e}); install the replay extra: pip install 'dvasim[replay]'",
+              file=sys.stderr)
+        return 2
+    except DvasimError as e:
+        print(f"dvasim: error: {e}", file=sys.stderr)
+        return 2
     try:
         if args.loadgen:
             try:
@@ -99,6 +115,15 @@ def cli_replay(argv: list[str]) -> int:
         print(f"dvasim replay: error: {e}", file=sys.stderr)
         return 1
     return report_replay(args, result)
+
+
+def check_model_device(args, dev: str) -> None:
+    """The config resolved (with ``--set``) and its ``[model] device`` checked against the machine the replay
+    runs on (:func:`dvasim.engines.replay.engine.check_table_device`), before anything runs."""
+    from dvasim import config as cfgmod
+    from dvasim.engines.replay.engine import check_table_device
+
+    check_table_device(cfgmod.resolve(args.config, args.set)["model"], dev)
 
 
 def report_replay(args, result) -> int:

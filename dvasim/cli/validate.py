@@ -8,7 +8,9 @@ replays with graph stages and simulates with both (:func:`dvasim.fitting.validat
 
 Bad input prints one line, ``dvasim validate: error: <field>: <fix>`` (config errors, and ``--device cuda`` on a
 machine without CUDA: ``dvasim: error: device: cuda is not available on this machine; ...``), and exits with
-status 2; a failed replay exits with status 1.
+status 2 before anything is simulated or written: ``--out`` (a folder that can be made), ``--threads`` (1..4 per
+logical CPU, at most 256), ``--repeats`` (1..100), ``--max-foreign-load`` (a finite number >= 0), and the config
+as both engines run it; a failed replay exits with status 1. ``--help`` works without torch.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from dvasim.cli.common import (
     check_device,
     number,
     positive_int,
+    thread_count,
 )
-from dvasim.errors import DvasimError
+from dvasim.errors import DvasimError, check_out_dir
+
+MAX_REPEATS = 100  # --repeats: real runs
 
 
 def validate_parser() -> StrictParser:
@@ -31,7 +36,7 @@ def validate_parser() -> StrictParser:
     p = StrictParser(prog="dvasim validate",
                      description="simulate and replay one config; write fidelity.json and an overlay figure")
     add_torch_run_arguments(p)
-    p.add_argument("--repeats", default="3", help="real runs (default 3)")
+    p.add_argument("--repeats", default="3", help=f"real runs (1..{MAX_REPEATS}, default 3)")
     p.add_argument("--table", default="shipped", choices=("shipped", "fresh", "serving"),
                    help="simulate with the shipped CPU table (default), or a per-stage table profiled just before "
                         "the replays in a hot loop (fresh) or as the replay runs the stages (serving)")
@@ -43,9 +48,10 @@ def validate_parser() -> StrictParser:
 def cli_validate(argv: list[str]) -> int:
     try:
         args = validate_parser().parse_args(argv)
+        check_out_dir(args.out)
         dev = check_device(args.device)
-        threads = positive_int("--threads", args.threads)
-        repeats = positive_int("--repeats", args.repeats)
+        threads = thread_count("--threads", args.threads)
+        repeats = positive_int("--repeats", args.repeats, 1, MAX_REPEATS)
         max_foreign = None
         if args.max_foreign_load is not None:
             max_foreign = number("--max-foreign-load", args.max_foreign_load, 0.0)
@@ -55,9 +61,13 @@ def cli_validate(argv: list[str]) -> int:
     except DvasimError as e:
         print(f"dvasim: error: {e}", file=sys.stderr)
         return 2
-    from dvasim.engines.replay.engine import ReplayError
-    from dvasim.fitting.validate import format_fidelity, validate
-
+    try:
+        from dvasim.engines.replay.engine import ReplayError
+        from dvasim.fitting.validate import format_fidelity, validate
+    except ImportError as e:
+        print(f"dvasim validate: error: needs torch ({e}); install the replay extra: pip install 'dvasim[replay]'",
+              file=sys.stderr)
+        return 2
     try:
         fid = validate(args.config, args.out, repeats=repeats, overrides=args.set, device=dev, threads=threads,
                        figure=not args.no_figure, max_foreign=max_foreign, table=args.table)

@@ -16,11 +16,11 @@ from dvasim.schema import find_file
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    if not p.is_file() and not p.is_absolute() and (DATA_ROOT / p).is_file():
-        p = DATA_ROOT / p  # a shipped config (configs/...), from any working directory
-    if not p.is_file():
-        raise ConfigError("config", f"file {str(p)!r} not found; give the path of a TOML config")
     try:
+        if not p.is_file() and not p.is_absolute() and (DATA_ROOT / p).is_file():
+            p = DATA_ROOT / p  # a shipped config (configs/...), from any working directory
+        if not p.is_file():
+            raise ConfigError("config", f"file {str(p)[:200]!r} not found; give the path of a TOML config")
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
         raise ConfigError("config", f"{p}: not UTF-8 text (byte {e.start}); save the config as UTF-8") from None
@@ -28,6 +28,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("config", f"{p}: not valid TOML ({e})") from None
     except RecursionError:
         raise ConfigError("config", f"{p}: nested too deeply to read; flatten its tables and arrays") from None
+    except OSError as e:  # a name too long, a folder, no permission
+        raise ConfigError("config", f"cannot read {str(p)[:200]!r} ({e.strerror or e}); give the path of a TOML "
+                                    "config") from None
     data.setdefault("_base_dir", str(p.resolve().parent))
     return data
 

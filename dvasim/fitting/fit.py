@@ -411,6 +411,8 @@ def _module_kind(runs: list[dict], modules: str | None) -> str:
     """The module kind the replays ran (``modules`` if given; ``auto`` read as ``cudagraph``): one, and known."""
     from dvasim.server.host import MODULE_KINDS
 
+    if modules and modules not in (*MODULE_KINDS, "auto"):
+        raise ConfigError("--modules", f"must be one of {', '.join(MODULE_KINDS)}, got {modules!r}")
     kinds = {modules} if modules else {r["config"].get("replay", {}).get("modules", "torchscript") for r in runs}
     kinds = {"cudagraph" if k == "auto" else k for k in kinds}
     if len(kinds) != 1 or not kinds <= set(MODULE_KINDS):
@@ -448,15 +450,28 @@ def _executions(runs: list[dict], n: int, python_ms: float, gpu_table: str | Non
     # the launch proper: thread time less the copies and the given Python-level work (both under the lock)
     e["host_ms"] = (e["compute_ms"] - e["copy_ms"] - float(python_ms)).clip(lower=0.0)
     if gpu_table is not None:  # GPU-true times replace the policy's table as the GPU's share of each execution
-        from dvasim.model.table import LatencyTable
+        e["table_ms"] = _gpu_times(gpu_table, e, n)
+    return ex, e
 
+
+def _gpu_times(gpu_table: str, e: pd.DataFrame, n: int) -> list[float]:
+    """The GPU time of every execution from the ``--gpu-table`` (an error naming --gpu-table where the table
+    cannot be read, has another stage count or does not cover the executions)."""
+    from dvasim.errors import TableError
+    from dvasim.model.table import LatencyTable
+
+    try:
         gt = LatencyTable.load(gpu_table)
         if gt.n_stages != n:
             raise ConfigError("--gpu-table", f"{gpu_table} has {gt.n_stages} stages; the replays have {n}")
+        if gt.seq_lens is not None and "seq_len" not in e:
+            raise ConfigError("--gpu-table", f"{gpu_table} has lengths; the replays' executions have no seq_len")
         lens = e["seq_len"] if gt.seq_lens is not None else [None] * len(e)
-        e["table_ms"] = [gt.latency(int(s_), int(b), None if L is None else int(L))
-                         for s_, b, L in zip(e["stage"], e["batch_size"], lens)]
-    return ex, e
+        return [gt.latency(int(s_), int(b), None if L is None or _nan(L) else int(L))
+                for s_, b, L in zip(e["stage"], e["batch_size"], lens)]
+    except TableError as err:  # the table's own errors name model.table: here it is --gpu-table
+        raise ConfigError("--gpu-table", err.message if err.field == "model.table" else f"{gpu_table}: {err}") \
+            from None
 
 
 def _stage_lines(alone: pd.DataFrame, n: int, table, kind: str) -> dict[str, list]:
@@ -664,13 +679,48 @@ def engine_toml(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_engine(result: dict[str, Any], path) -> Path:
+def check_finite(result: dict[str, Any]) -> None:
+    """Every number the engine file would hold is finite: a fit that produced ``inf`` or ``nan`` (from logs whose
+    times say nothing) is refused rather than written."""
+    def walk(v, where: str) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, f"{where}.{k}")
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x, where)
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError("fit", f"the replays give {where} = {v}; check their executions.csv (every time a "
+                                     "finite number of ms) and fit again")
+
+    walk(result["engine"], "engine")
+
+
+def check_engine_path(path) -> Path:
+    """``--out``: a file path (not a folder) whose folder exists or can be made, checked before any work."""
+    from dvasim.errors import check_out_dir
+
     p = Path(path)
+    if not str(path).strip():
+        raise ConfigError("--out", "is empty; give a file name such as engine.toml")
     if p.is_dir():
         raise ConfigError("--out", f"{p} is a folder; give a file name such as engine.toml")
+    check_out_dir(p.parent, "--out")
+    return p
+
+
+def write_engine(result: dict[str, Any], path) -> Path:
+    """Write the engine file atomically (a temporary name, renamed when complete): a full disk leaves no
+    half-written file, only a one-line :class:`~dvasim.errors.OutputError`."""
+    from dvasim.outputs import write_text
+
+    p = check_engine_path(path)
+    check_finite(result)
+    text = engine_toml(result)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(engine_toml(result))
     except OSError as e:
-        raise ConfigError("--out", f"cannot write {p} ({e.strerror or e})") from None
-    return p
+        from dvasim.outputs import output_error
+
+        raise output_error(p.parent, e) from None
+    return write_text(p, text)

@@ -40,7 +40,9 @@ from typing import Any
 import numpy as np
 
 from dvasim import config as cfgmod
+from dvasim.errors import check_out_dir
 from dvasim.model.profiling.profiler import CpuMonitor, wait_quiet
+from dvasim.outputs import write_text
 
 __all__ = ["validate", "fidelity_table", "format_fidelity", "fit_engine", "METRICS", "TARGETS"]
 
@@ -355,26 +357,18 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
     dynamics from the table's age. ``table = "serving"`` profiles them as the replay runs them
     (:func:`serving_stage_table`). The simulated metrics are then the mean over the per-repeat simulations, and
     ``alone_ratio_per_repeat`` says how fast the stages that ran alone really were against the table (the
-    drift left)."""
+    drift left).
+
+    Before anything is simulated or written, the config is checked as the replay will run it
+    (:func:`_checked_config`) and ``out_dir`` must be a folder that can be made; ``fidelity.json`` is written under
+    a temporary name and renamed when complete."""
     from dvasim.api import run, write_outputs
     from dvasim.engines.replay.engine import write_executions
 
-    cfg = cfgmod.resolve(config, overrides)
-    forced = None
-    if device == "cuda":
-        # on a GPU: the config's own model, its stages as CUDA graphs; the simulator gets the GPU time of those
-        # graphs (profiled just before each replay) and the host model with their measured launch costs
-        if table == "shipped":
-            table = "fresh"
-    elif "name" in cfg["model"] and cfg["model"].get("device") != "cpu":
-        forced = cfg["model"].get("device", "titanrtx")
-        cfg["model"]["device"] = "cpu"
+    cfg, forced, table = _checked_config(config, overrides, device, table)
     out = Path(out_dir)
+    check_out_dir(out)  # everything checked before the simulation writes anything
     out.mkdir(parents=True, exist_ok=True)
-    if table not in ("shipped", "fresh", "serving"):
-        from dvasim.errors import ConfigError
-
-        raise ConfigError("--table", f"must be shipped, fresh or serving, got {table!r}")
 
     def _replay_once(k: int) -> None:
         """Replay k, deciding with the table the last simulation used; keep the least disturbed attempt."""
@@ -404,13 +398,40 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
     load_after = _loadavg()
     fid = _fidelity_report(config, cfg, sims, reals, foreign, drift, forced=forced, table=table, repeats=repeats,
                            device=device, per_repeat=per_repeat, loadavg=(load_before, load_after), t0=t0)
-    (out / "fidelity.json").write_text(json.dumps(fid, indent=2, default=_jd) + "\n")
+    write_text(out / "fidelity.json", json.dumps(fid, indent=2, default=_jd) + "\n")
     if figure:
         import pandas as pd
 
         overlay_figure(pd.concat([x.queries for x in sims]), [r.queries for r in reals], out / "fidelity.png",
                        title=f"{fid['policy']} on {fid['model']}: simulated vs real ({repeats} runs)")
     return fid
+
+
+def _checked_config(config, overrides, device: str, table: str) -> tuple[dict, str | None, str]:
+    """The resolved config as both engines run it, after every check the replay makes (a bad config is refused
+    before the simulation writes anything): ``(config, the device it replaced or None, the table kind)``. On a
+    CPU a named model's other device is replaced by ``"cpu"``; on a GPU the config's own model is kept, its stages
+    run as CUDA graphs, and the simulator gets the GPU time of those graphs (profiled just before each replay:
+    ``shipped`` becomes ``fresh``) and the host model with their measured launch costs."""
+    from dvasim.engines.replay.engine import check_replay_config
+    from dvasim.errors import ConfigError
+
+    if table not in ("shipped", "fresh", "serving"):
+        raise ConfigError("--table", f"must be shipped, fresh or serving, got {table!r}")
+    cfg = cfgmod.resolve(config, overrides)
+    forced = None
+    if device == "cuda":
+        if table == "shipped":
+            table = "fresh"
+    elif "name" in cfg["model"] and cfg["model"].get("device") != "cpu":
+        forced = cfg["model"].get("device", "titanrtx")
+        cfg["model"]["device"] = "cpu"
+    check_replay_config(cfg, device=device)
+    if table == "shipped":  # the simulation's own build, dry: the policy and the workload checked on the table
+        from dvasim.api import build
+
+        build(cfg, None)
+    return cfg, forced, table
 
 
 def _least_disturbed_replay(cfg: dict, tab, device: str, threads: int, warmup: int, max_foreign: float | None,

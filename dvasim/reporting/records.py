@@ -13,16 +13,29 @@ never did) and keeps
   run's length. Given a per-query ``offered_qps`` array, the records end with an ``offered_qps`` column (the rate
   the query was offered at; see :func:`dvasim.reporting.stability.offered_rates`).
 
+A streamed file is written under a temporary name beside ``path`` (``.queries.parquet.partial``) and renamed when
+:meth:`RecordStore.close` has written its footer: a file under the final name is always readable. An ``OSError``
+while writing (a full disk) removes the temporary file and raises :class:`~dvasim.errors.OutputError`; a store
+whose run failed is :meth:`~RecordStore.discard`-ed.
+
+A run that was interrupted records only the queries that had arrived (ids ``0..m-1``: ids are in arrival order):
+:meth:`RecordStore.leave_out` marks the rest, the summary and the verdict measure the first ``m`` only and say how
+many were left out (``n_not_arrived``; a streamed file says it in its footer's key-value metadata too).
+
 Nothing here imports simpy or torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from dvasim.outputs import output_error, partial_path
 
 PERCENTILES = (50, 90, 95, 99)
 _INT_COLS = ("query_id", "seq_len", "batch_id", "exit_batch_id", "exit_batch_size")
@@ -71,7 +84,10 @@ class RecordStore:
         self._rows: list[tuple] = []
         self._chunks: list[dict[str, np.ndarray]] = []
         self._writer = None
+        self._file_done = False  # a streamed file has been closed (renamed to ``path``) or discarded
         self.n_rows = 0
+        self.n_measured = n  # the queries the summary measures: ids 0..n_measured-1 (see leave_out)
+        self.left_out_reason: str | None = None
 
     # ------------------------------------------------------------------ filling
     def add(self, q) -> None:
@@ -119,21 +135,72 @@ class RecordStore:
         if self.path is None:
             self._chunks.append(chunk)
             return
+        self._write(chunk)
+
+    def _write(self, chunk: dict[str, np.ndarray]) -> None:
+        """Append ``chunk`` to the streamed file (opened, under its temporary name, on the first chunk)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        if self._file_done:
+            raise RuntimeError(f"{self.path}: the records were already closed")
         table = pa.table(_with_derived(chunk, self.n_stages))
-        if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
-        self._writer.write_table(table)
+        try:
+            if self._writer is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._writer = pq.ParquetWriter(partial_path(self.path), table.schema, compression="zstd")
+            self._writer.write_table(table)
+        except OSError as e:  # a full disk: nothing half-written is left, and the error says so
+            self.discard()
+            raise output_error(self.path, e) from None
+
+    def leave_out(self, n_arrived: int, reason: str) -> None:
+        """Measure only queries ``0..n_arrived-1`` (the others had not arrived when the run was ``reason``-ed:
+        interrupted); their records are not added."""
+        self.n_measured = int(n_arrived)
+        self.left_out_reason = reason
+
+    @property
+    def n_left_out(self) -> int:
+        """How many queries (the last ids) had not arrived when the run stopped: not recorded, not measured."""
+        return self.n - self.n_measured
 
     def close(self) -> None:
-        """Write what is buffered (and close the Parquet file)."""
+        """Write what is buffered; a streamed file gets its footer and its final name (an empty run's file has
+        the columns and no rows). Closing again does nothing."""
         self._flush()
-        if self._writer is not None:
+        if self.path is None or self._file_done:
+            return
+        if self._writer is None:
+            self._write(self._empty_chunk())
+        try:
+            if self.n_left_out:
+                self._writer.add_key_value_metadata({"dvasim.n_not_arrived": str(self.n_left_out),
+                                                     "dvasim.interrupted": self.left_out_reason or ""})
             self._writer.close()
             self._writer = None
+            os.replace(partial_path(self.path), self.path)
+        except OSError as e:
+            self.discard()
+            raise output_error(self.path, e) from None
+        self._file_done = True
+
+    def discard(self) -> None:
+        """Give up a streamed file: close its writer and remove its temporary file (a failed run's)."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self._writer = None
+        if self.path is not None and not self._file_done:
+            with contextlib.suppress(OSError):
+                partial_path(self.path).unlink()
+            self._file_done = True
+
+    def _empty_chunk(self) -> dict[str, np.ndarray]:
+        names = [c for c in columns(self.n_stages) if c not in ("latency_ms", "queue_ms")]
+        if self.offered_qps is not None:
+            names.append("offered_qps")
+        return {c: np.array([], dtype=np.int64 if c in _INT_COLS else np.float64) for c in names}
 
     # ------------------------------------------------------------------ reading
     def frame(self) -> pd.DataFrame:
@@ -149,16 +216,28 @@ class RecordStore:
         order = np.argsort(merged["query_id"], kind="stable")
         return pd.DataFrame(_with_derived({k: v[order] for k, v in merged.items()}, self.n_stages))
 
+    def measured(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``arrival``, ``start``, ``finish`` and ``exit_batch_size`` of the measured queries (views: no copies)."""
+        m = self.n_measured
+        if m == self.n:
+            return self.arrival, self.start, self.finish, self.exit_batch_size
+        return self.arrival[:m], self.start[:m], self.finish[:m], self.exit_batch_size[:m]
+
     def summary(self, qos_target_ms: float) -> dict:
+        """:func:`summarize_arrays` of the measured queries; with ``n_not_arrived`` when some were left out."""
         self.close()
-        return summarize_arrays(self.arrival, self.start, self.finish, self.exit_batch_size, qos_target_ms)
+        out = summarize_arrays(*self.measured(), qos_target_ms)
+        if self.n_left_out:
+            out["n_not_arrived"] = self.n_left_out
+        return out
 
     def latency_sample(self, max_points: int) -> pd.DataFrame:
-        """``arrival_ms``, ``finish_ms`` and ``latency_ms`` of every k-th query (by id), at most ``max_points``:
-        what a latency figure draws."""
+        """``arrival_ms``, ``finish_ms`` and ``latency_ms`` of every k-th measured query (by id), at most
+        ``max_points``: what a latency figure draws."""
         self.close()
-        k = max(1, -(-self.n // max_points))
-        a, f = self.arrival[::k], self.finish[::k]
+        arrival, _, finish, _ = self.measured()
+        k = max(1, -(-len(arrival) // max_points))
+        a, f = arrival[::k], finish[::k]
         return pd.DataFrame({"arrival_ms": a, "finish_ms": f, "latency_ms": f - a})
 
 

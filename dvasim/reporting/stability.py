@@ -195,11 +195,13 @@ def offered_rates(workload: Mapping, n: int) -> np.ndarray:
 
 
 def run_verdict(store, cfg: Mapping, offered: np.ndarray) -> dict:
-    """The summary keys a run adds: :func:`stability` of its queries (with ``[qos] warmup_fraction``), and for a
-    stepping load the ``levels`` list (:func:`level_stats` of each level)."""
+    """The summary keys a run adds: :func:`stability` of its measured queries (with ``[qos] warmup_fraction``;
+    an interrupted run's queries that had not arrived are left out), and for a stepping load the ``levels`` list
+    (:func:`level_stats` of each level)."""
     qos = cfg["qos"]
-    out = stability(store.arrival, store.finish, qos.get("warmup_fraction", 0.0))
+    arrival, _, finish, _ = store.measured()
+    out = stability(arrival, finish, qos.get("warmup_fraction", 0.0))
     if cfg["workload"].get("kind") == "stepping":
-        out["levels"] = level_stats(store.finish - store.arrival, offered, qos["target_ms"],
-                                    arrival=store.arrival, finish=store.finish)
+        out["levels"] = level_stats(finish - arrival, offered[:len(arrival)], qos["target_ms"],
+                                    arrival=arrival, finish=finish)
     return out

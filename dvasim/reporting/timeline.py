@@ -8,7 +8,8 @@ stage) with a bar per execution, coloured by batch; :func:`chrome_trace` writes 
 microseconds).
 
 ``max_rows`` bounds what is kept (the first executions of a long run), so a timeline never costs more memory
-than asked.
+than asked. Both files are written whole (a temporary name, renamed when complete: :mod:`dvasim.outputs`); the
+Gantt chart's title is the caller's (``dvasim run --timeline`` gives it :func:`~dvasim.reporting.plots.run_title`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 from pathlib import Path
 
 import pandas as pd
+
+from dvasim.outputs import write_text
 
 COLUMNS = ("lane", "stage", "start_ms", "end_ms", "batch_id", "batch_size", "seq_len", "first_query")
 
@@ -40,7 +43,8 @@ class TimelineRecorder:
 
 
 def chrome_trace(timeline: pd.DataFrame, path: str | Path, name: str = "dvasim") -> Path:
-    """Write ``timeline`` as a Chrome/Perfetto trace (``traceEvents`` with complete events, times in us)."""
+    """Write ``timeline`` as a Chrome/Perfetto trace (``traceEvents`` with complete events, times in us), whole (a
+    temporary name, renamed when complete)."""
     events = []
     for lane in sorted(timeline["lane"].unique()) if len(timeline) else []:
         events.append({"ph": "M", "name": "process_name", "pid": int(lane), "tid": 0,
@@ -54,9 +58,7 @@ def chrome_trace(timeline: pd.DataFrame, path: str | Path, name: str = "dvasim")
                        "dur": float(r.end_ms - r.start_ms) * 1000.0,
                        "args": {"batch_id": int(r.batch_id), "batch_size": int(r.batch_size),
                                 "seq_len": int(r.seq_len), "first_query": int(r.first_query)}})
-    p = Path(path)
-    p.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n")
-    return p
+    return write_text(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n")
 
 
 def gantt_figure(timeline: pd.DataFrame, path: str | Path, title: str = "", window_ms: float | None = None) -> Path:

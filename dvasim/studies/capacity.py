@@ -23,6 +23,14 @@ slow query: ``ln(1 - confidence) / ln(percentile / 100)``, 299 for p99 at 95%, a
 bracket, the resolution reached, ``top_exceeded``, the serving ``stack`` the probes ran on and every probe.
 ``stack`` (a stack's name, :mod:`dvasim.server`) and ``engine`` (an engine file from ``dvasim fit``) apply to every
 probe, as ``dvasim run --stack / --engine`` does; the engine file is merged before ``overrides``.
+
+**Limits**, all checked (with the config itself, built as a probe would build it) before the first probe runs, each
+bad setting a one-line :class:`~dvasim.errors.ConfigError` naming its flag: the search's settings are declared once
+in :data:`OPTIONS` (a sweep's ``[capacity]`` takes five of them); the resolution is at least
+:data:`MIN_RESOLUTION` (1e-4) and the bisection stops after :data:`MAX_BISECTIONS` steps whatever it reached; the
+bracket's ``lo`` and ``hi`` are finite rates up to :data:`MAX_RATE_QPS`, and ``hi`` doubles at most
+:data:`MAX_DOUBLINGS` times; a probe runs at most ``MAX_QUERIES`` queries (20 million, as any run), and
+``max_queries`` must allow the first probe's ``min_queries``.
 """
 
 from __future__ import annotations
@@ -37,8 +45,31 @@ from scipy.stats import beta
 
 from dvasim import config as cfgmod
 from dvasim.errors import ConfigError, IncompleteRunWarning
+from dvasim.schema import Key, Section
+from dvasim.workload.arrivals import MAX_QUERIES
 
 RATE_KINDS = ("poisson", "uniform")
+MIN_RESOLUTION = 1e-4  # finer than this the probes' own noise decides, not the bisection
+MAX_BISECTIONS = 64  # from MAX_RATE_QPS * 2**MAX_DOUBLINGS down to 1e-4 takes under 30
+MAX_DOUBLINGS = 30
+MAX_RATE_QPS = 1e9
+
+OPTIONS = Section("capacity", "the capacity search's settings (dvasim capacity's flags; a sweep's [capacity])", (
+    Key("slo_ms", "number", "the latency objective (ms); required", minimum=0, strict=True),
+    Key("percentile", "number", "the percentile that must meet it", default=99.0, minimum=0, maximum=100,
+        strict=True, strict_max=True),
+    Key("confidence", "number", "confidence of each probe's verdict", default=0.95, minimum=0.5, maximum=1,
+        strict_max=True),
+    Key("resolution", "number", "relative width of the final bracket (hi / lo - 1)", default=0.02,
+        minimum=MIN_RESOLUTION, maximum=1, strict_max=True),
+    Key("max_queries", "int", "most queries of one probe (at least the first probe's: 1000 for p99 at 95%)",
+        default=64_000, minimum=1, maximum=MAX_QUERIES),
+    Key("min_queries", "int", "queries of a rate's first probe (default: max(1000, the fewest that can pass))",
+        minimum=1, maximum=MAX_QUERIES),
+    Key("max_doublings", "int", "most doublings of the bracket's top", default=8, minimum=0, maximum=MAX_DOUBLINGS),
+    Key("lo", "number", "bottom of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
+    Key("hi", "number", "top of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
+))
 
 
 def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
@@ -70,36 +101,106 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
     probe as it is decided. ``stack``: the serving stack by name; ``engine``: an engine file (``dvasim fit``)."""
     from dvasim.api import load_profile
 
-    _check_search(slo_ms, percentile, confidence, resolution, stack)
+    n0 = check_options({"slo_ms": slo_ms, "percentile": percentile, "confidence": confidence,
+                        "resolution": resolution, "min_queries": min_queries, "max_queries": max_queries,
+                        "max_doublings": max_doublings, "lo": lo, "hi": hi}, stack=stack)
     raw = _rate_config(config, overrides, engine)
     cfg = cfgmod.resolve(raw)
     profile = load_profile(cfg["model"])
     bound = throughput_bound_qps(profile, cfg["engine"]["instances"])
+    default_hi = hi is None
     lo = 1.0 if lo is None else float(lo)
-    hi = 2.0 * bound if hi is None else float(hi)
+    hi = 2.0 * float(bound) if hi is None else float(hi)
     if not 0 < lo < hi:
-        raise ConfigError("--lo", f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}")
-    n0 = max(1000, min_queries_to_pass(percentile, confidence)) if min_queries is None else int(min_queries)
+        raise ConfigError("--lo", f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}"
+                                  + (" (the default: twice the table's throughput bound)" if default_hi else ""))
+    check_probe_config(raw, stack, lo, n0, max_queries)
     probe = Probe(raw, slo_ms, percentile, confidence, n0, max_queries, stack=stack, progress=progress)
     cap, bracket, top_exceeded, note = bracket_and_bisect(probe, lo, hi, max_doublings, resolution)
     return _result(cap, bracket, slo_ms, percentile, confidence, resolution, top_exceeded, probe.probes, bound,
                    probe.ran_on, note=note)
 
 
-def _check_search(slo_ms, percentile, confidence, resolution, stack) -> None:
-    """The search's settings checked before any run: each bad one a :class:`ConfigError` naming its flag."""
-    if isinstance(slo_ms, bool) or not isinstance(slo_ms, (int, float)) or not math.isfinite(slo_ms) or slo_ms <= 0:
-        raise ConfigError("--slo-ms", f"must be a number > 0 (ms), got {slo_ms!r}")
-    if not 0 < percentile < 100:
-        raise ConfigError("--percentile", f"must be in (0, 100), got {percentile!r}")
-    if not 0.5 <= confidence < 1:
-        raise ConfigError("--confidence", f"must be in [0.5, 1), got {confidence!r}")
-    if not 0 < resolution < 1:
-        raise ConfigError("--resolution", f"must be in (0, 1), e.g. 0.02, got {resolution!r}")
+def flag(name: str) -> str:
+    """The command-line flag of a search setting (``max_queries`` -> ``--max-queries``)."""
+    return "--" + name.replace("_", "-")
+
+
+def check_options(options: dict[str, Any], *, stack: str | None = None, where: str | None = None) -> int:
+    """The search's settings (:data:`OPTIONS`' names; ``None`` for a default) checked before any run: a bad one is
+    a :class:`ConfigError` naming its flag (``--max-queries``), or ``where.max_queries`` when ``where`` is given (a
+    sweep's ``sweep.capacity``). Returns the first probe's queries (``min_queries`` or its default), which
+    ``max_queries`` must allow."""
+    def name(key: str) -> str:
+        return flag(key) if where is None else f"{where}.{key}"
+
+    given = {k: v.item() if isinstance(v, np.generic) else v for k, v in options.items() if v is not None}
+    for k, v in given.items():
+        if k not in OPTIONS.by_name:
+            raise ConfigError(name(k), f"unknown setting; allowed: {', '.join(OPTIONS.by_name)}")
+        try:
+            OPTIONS[k].check("capacity", v)
+        except ConfigError as e:
+            raise ConfigError(name(k), e.message) from None
+    if "slo_ms" not in given:
+        raise ConfigError(name("slo_ms"), "missing; the latency objective (ms), e.g. 50")
+    pct = float(given.get("percentile", OPTIONS.default("percentile")))
+    conf = float(given.get("confidence", OPTIONS.default("confidence")))
+    most = given.get("max_queries", OPTIONS.default("max_queries"))
+    first = given.get("min_queries", max(1000, min_queries_to_pass(pct, conf)))
+    if first > most:
+        why = (f"the first probe's queries (min_queries = {first:,})" if "min_queries" in given else
+               f"the fewest with which a probe can pass p{pct:.12g} at {conf:.12g} confidence ({first:,})")
+        fix = (f"give at least {first:,}" if first <= MAX_QUERIES else
+               f"more than the {MAX_QUERIES:,} one run takes: lower the percentile or the confidence")
+        raise ConfigError(name("max_queries"), f"must be at least {why}, got {most:,}; {fix}")
+    if "lo" in given and "hi" in given and not float(given["lo"]) < float(given["hi"]):
+        raise ConfigError(name("lo"), f"need lo < hi, got lo={given['lo']!r}, hi={given['hi']!r}")
     if stack is not None:
         from dvasim.server.resolve import stack_by_name
 
         stack_by_name(stack, "--stack")
+    return int(first)
+
+
+def probe_config(raw: dict[str, Any], rate: float, n: int, seed: int) -> dict[str, Any]:
+    """The config of one probe: ``raw`` (copied) at ``rate`` with ``n`` queries and ``seed``, without progress."""
+    trial = copy.deepcopy(raw)
+    trial["workload"].update(rate_qps=float(rate), n_queries=int(n), seed=seed)
+    trial.setdefault("engine", {})["progress"] = False
+    return trial
+
+
+def check_probe_config(raw: dict[str, Any], stack: str | None = None, rate: float = 1.0, n: int = 1000,
+                       max_queries: int | None = None) -> None:
+    """Everything a probe of ``raw`` would check before it runs, without running it: an open-loop rate, and the
+    config resolved and built as :func:`dvasim.run` builds it (model, stack, policy, workload, pipeline) at ``rate``
+    with ``n`` queries and the last seed a probe may take (a probe starts with ``n`` queries and doubles them up to
+    ``max_queries``, with the next seed each time)."""
+    _check_rate_kind(raw)
+    seed = first = raw["workload"].get("seed", 0)
+    most = n  # a probe's queries (at most max_queries, within any run's limit: OPTIONS) need no building to check
+    while isinstance(seed, int) and not isinstance(seed, bool) and max_queries is not None and most * 2 <= max_queries:
+        most, seed = most * 2, seed + 1  # as Probe.__call__ goes on
+    try:
+        check_buildable(probe_config(raw, rate, n, seed), stack)
+    except ConfigError as e:
+        if e.field != "workload.seed" or seed == first:
+            raise
+        from dvasim.workload.config import MAX_SEED
+
+        raise ConfigError("workload.seed", f"{first!r} is too large: a probe that doubles its queries takes the "
+                                           f"next seed, up to {seed - first} more; give at most "
+                                           f"{MAX_SEED - (seed - first)}") from None
+
+
+def check_buildable(raw: dict[str, Any], stack: str | None = None) -> None:
+    """Everything :func:`dvasim.run` checks before it simulates ``raw``, without simulating: the config resolved
+    and its parts built (model, serving stack, policy, workload, pipeline); a bad value is the run's own one-line
+    error."""
+    from dvasim.api import build
+
+    build(cfgmod.resolve(raw), stack)
 
 
 def _rate_config(config, overrides, engine) -> dict[str, Any]:
@@ -108,11 +209,17 @@ def _rate_config(config, overrides, engine) -> dict[str, Any]:
     raw = cfgmod.load_toml(config) if not isinstance(config, dict) else copy.deepcopy(config)
     raw = cfgmod.apply_engine_file(raw, None if engine is None else str(engine))  # as run(engine=): before --set
     raw = cfgmod.apply_overrides(raw, overrides)
+    _check_rate_kind(raw)
+    return raw
+
+
+def _check_rate_kind(raw: dict[str, Any]) -> None:
     wl = raw.get("workload", {})
+    if not isinstance(wl, dict):
+        raise ConfigError("workload", "must be a table of keys ([workload] with kind = \"poisson\", ...)")
     if wl.get("kind") not in RATE_KINDS:
         raise ConfigError("workload.kind", f"capacity needs an open-loop rate: kind = one of {', '.join(RATE_KINDS)}, "
                                            f"got {wl.get('kind')!r}")
-    return raw
 
 
 class Probe:
@@ -161,9 +268,7 @@ class Probe:
         """One run of the config at ``rate`` with ``n`` queries and the attempt's seed."""
         from dvasim.api import run
 
-        trial = copy.deepcopy(self.raw)
-        trial["workload"].update(rate_qps=float(rate), n_queries=int(n), seed=self.seed0 + attempt)
-        trial.setdefault("engine", {})["progress"] = False
+        trial = probe_config(self.raw, rate, n, self.seed0 + attempt)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IncompleteRunWarning)
             res = run(trial, progress=False, stack=self.stack)
@@ -186,12 +291,17 @@ def bracket_and_bisect(probe, lo: float, hi: float, max_doublings: int,
     if not top_exceeded:
         return lo, (lo, math.inf), False, (f"the SLO still held at {lo:g} qps (the top of the bracket was never "
                                            f"exceeded): the capacity is at least that")
-    while hi / lo - 1.0 > resolution:
+    for _ in range(MAX_BISECTIONS):
+        if hi / lo - 1.0 <= resolution:
+            break
         mid = math.sqrt(lo * hi)
         if probe(mid):
             lo = mid
         else:
             hi = mid
+    else:
+        if hi / lo - 1.0 > resolution:
+            return lo, (lo, hi), True, f"stopped after {MAX_BISECTIONS} bisections at hi / lo - 1 = {hi / lo - 1:.3g}"
     return lo, (lo, hi), True, ""
 
 

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dvasim.progress import progress_bar
 from dvasim.reporting import plots
 
 QOS_MS = 200.0
@@ -309,9 +310,10 @@ def tune_delaybatch(model: str, windows: Iterable[float] | None = None, workers:
 
 
 def _map(fn, jobs, workers):
+    """``fn`` over ``jobs`` in order, on at most ``workers`` processes (never more than there are jobs)."""
     if workers <= 1 or len(jobs) <= 1:
         return [fn(j) for j in jobs]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
         return list(pool.map(fn, jobs))
 
 
@@ -355,7 +357,7 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
     per_model = {m: variants_for(m, labels, device) for m in models}
     want_dva_peak = "dvabatch" in labels
     total = sum(1 + 1 + int(want_dva_peak) + 3 * len(per_model[m]) for m in models)
-    bar = _bar(progress, total=total, desc="compare")
+    bar = progress_bar(total, enabled=progress, desc="compare", unit="step")  # drawn only on a terminal
     if peak not in ("stepping", "capacity"):
         raise ValueError(f"peak must be 'stepping' or 'capacity', got {peak!r}")
     kw = {"device": device} if qos_ms == QOS_MS else {"device": device, "qos_ms": float(qos_ms)}
@@ -396,8 +398,8 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
             for v in per_model[model]:
                 jobs.append((model, v.label, window, load, rate, n_queries, seed, kw))
     rows = []
-    if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
             for row in pool.map(_run_job, jobs):
                 rows.append(row)
                 bar.update(1)
@@ -472,19 +474,3 @@ def attribution(results: pd.DataFrame, metric: str = "mean_latency_ms",
 
 SHARE_COLUMNS = tuple(f"share_{s}_pp" for s, _ in ATTRIBUTION_STEPS)
 SHARE_NAMES = plots.SHARE_NAMES  # short names of the attribution's steps, for tables and legends
-
-
-class _NoBar:
-    def update(self, n=1):
-        pass
-
-    def close(self):
-        pass
-
-
-def _bar(progress: bool, total: int, desc: str):
-    if not progress:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step")

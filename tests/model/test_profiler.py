@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -36,12 +38,8 @@ def test_cli_profile_writes_a_valid_stage_table(tmp_path, capsys):
     assert prov["torch"] == torch.__version__
     assert prov["slicing"].startswith("time-even N=3 cuts=[0,")
     assert "balance=" in prov["slicing"]
-    for s in range(3):
-        lats = [table.latency(s, b) for b in (1, 2, 8)]
-        assert all(x > 0 for x in lats)
-        # a larger batch is never much faster than a smaller one
-        for small, large in zip(lats, lats[1:], strict=False):
-            assert large >= 0.5 * small
+    for s in range(3):  # wall-clock times: positive and finite, no order or ratio between them is asserted
+        assert all(0 < table.latency(s, b) < math.inf for b in (1, 2, 8))
     # the spread side file
     stats = pd.read_csv(stats_path(out))
     assert {"p10_ms", "p90_ms", "min_ms", "repeats", "foreign_cpu"} <= set(stats.columns)
@@ -90,15 +88,33 @@ def test_profile_stages_times_real_stage_modules():
         profile_ops(model, [0], repeats=1, warmup=0)
 
 
-def test_profile_stages_can_time_the_replays_torchscript_modules():
-    """The replay runs traced, frozen stages by default; the profiler times the same modules on request.
-    Freezing folds BatchNorm into the convolutions, so the traced ResNet stages must not be slower."""
+def test_profile_stages_can_time_the_replays_torchscript_modules(monkeypatch):
+    """The replay runs traced, frozen stages by default; the profiler times the same modules on request: the units
+    it times are TorchScript stages whose frozen graphs have BatchNorm folded into the convolutions (checked on the
+    graphs, not on the clock)."""
+    from dvasim.model.profiling import profiler
+    from dvasim.model.stages.compiled import TorchScriptStage
+
+    timed = {}
+    measure = profiler._measure_units
+
+    def spy(model, units, names, *args, **kwargs):
+        timed[len(timed)] = list(units)
+        return measure(model, units, names, *args, **kwargs)
+
+    monkeypatch.setattr(profiler, "_measure_units", spy)
     model = zoo.build("resnet152", variant="small")
-    ts = profile_stages(model, cuts=[10], batch_sizes=[4], repeats=9, warmup=2, modules="torchscript")
-    eager = profile_stages(model, cuts=[10], batch_sizes=[4], repeats=9, warmup=2, modules="eager")
+    ts = profile_stages(model, cuts=[10], batch_sizes=[4], repeats=2, warmup=1, modules="torchscript")
+    eager = profile_stages(model, cuts=[10], batch_sizes=[4], repeats=2, warmup=1, modules="eager")
     assert ts.attrs["provenance"]["modules"] == "torchscript" and eager.attrs["provenance"]["modules"] == "eager"
     assert ts.attrs["bounds"] == eager.attrs["bounds"] == [0, 10]
-    assert ts["latency_ms"].sum() < 1.2 * eager["latency_ms"].sum()
+    ts_units, eager_units = timed[0], timed[1]
+    assert len(ts_units) == len(eager_units) == 2
+    assert all(isinstance(u, TorchScriptStage) for u in ts_units)
+    assert not any(isinstance(u, TorchScriptStage) for u in eager_units)
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for u in eager_units for m in u.modules())
+    assert all("batch_norm" not in str(u.module.graph) for u in ts_units)  # folded by freezing
+    assert all(0 < t < math.inf for t in (*ts["latency_ms"], *eager["latency_ms"]))
     with pytest.raises(ConfigError, match="modules"):
         profile_stages(model, cuts=[10], batch_sizes=[1], repeats=1, warmup=0, modules="onnx")
 

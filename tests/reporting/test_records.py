@@ -190,3 +190,70 @@ def test_meta_operation_counts_equal_the_log_and_the_log_is_bounded(monkeypatch)
     pipe2 = Pipeline(table, make_policy("dvabatch", {"max_batch_size": 16}), 2)
     simulate(pipe2, arrivals, [1] * 3000)
     assert len(pipe2.table.log) == 50 and meta_op_counts(pipe2.table) == c
+
+
+# ---- issue 23: a streamed file is readable under its final name only once complete; an interrupted run's records
+
+
+def _filled_store(path, n=500, chunk_rows=64):
+    table = LatencyTable.load(default_table_path())
+    arrivals = poisson_arrivals(300.0, n, seed=2)
+    pipe = Pipeline(table, make_policy("delaybatch", {"max_batch_size": 16}), 2)
+    store = RecordStore(n, table.n_stages, path=path, chunk_rows=chunk_rows, arrivals=arrivals)
+    return table, pipe, arrivals, store
+
+
+def test_a_streamed_file_has_a_temporary_name_until_closed(tmp_path):
+    path = tmp_path / "queries.parquet"
+    table, pipe, arrivals, store = _filled_store(path)
+    seen = []
+    pipe.on_finish.append(lambda ex: seen.append(sorted(p.name for p in tmp_path.iterdir())))
+    simulate(pipe, arrivals, [1] * 500, records=store, keep_queries=False)
+    assert [".queries.parquet.partial"] in seen and ["queries.parquet"] not in seen  # written as the run went
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["queries.parquet"]
+    assert len(read_records(path)) == 500
+    store.close()  # closing again changes nothing
+    assert len(read_records(path)) == 500
+
+
+def test_a_full_disk_while_streaming_is_one_output_error_and_leaves_no_file(tmp_path, monkeypatch):
+    import errno
+
+    import pyarrow.parquet as pq
+
+    from dvasim.errors import OutputError
+
+    real = pq.ParquetWriter.write_table
+    calls = [0]
+
+    def write_table(self, table, *a, **k):  # the first chunks go to disk, then the disk is full
+        calls[0] += 1
+        if calls[0] > 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, table, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", write_table)
+    path = tmp_path / "queries.parquet"
+    table, pipe, arrivals, store = _filled_store(path)
+    with pytest.raises(OutputError) as e:
+        simulate(pipe, arrivals, [1] * 500, records=store, keep_queries=False, fail_soft=True)
+    assert str(e.value).startswith(f"{path}: cannot write: no space left on the device")
+    assert list(tmp_path.iterdir()) == []  # neither the final name nor the temporary one
+
+
+def test_left_out_queries_are_neither_recorded_nor_measured(tmp_path):
+    for path in (None, tmp_path / "q.parquet"):
+        arrival = np.arange(10, dtype=float)
+        store = RecordStore(10, 1, path=path, arrivals=arrival)
+        for k in range(6):
+            q = Query(k, float(k), 1)
+            q.stage_start, q.stage_finish = [k + 0.5], [k + (300.0 if k == 5 else 1.0)]
+            q.seen = q.admitted = k + 0.5
+            q.finish, q.batch_id, q.exit_batch_id, q.exit_batch_size = q.stage_finish[0], k, k, 1
+            store.add(q)
+        store.leave_out(6, "interrupted by a test")
+        s = store.summary(100.0)
+        assert s["n_queries"] == 6 and s["n_completed"] == 6 and s["n_not_arrived"] == 4 == store.n_left_out
+        assert s["qos_violation_rate"] == pytest.approx(1 / 6)  # query 5 only; 6..9 are no violations
+        assert list(store.frame()["query_id"]) == list(range(6))
+        assert len(store.latency_sample(100)) == 6

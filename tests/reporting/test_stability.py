@@ -261,3 +261,19 @@ def test_offered_rate_of_explicit_arrivals_is_nan():
     res = dvasim.run(cfg)
     assert res.queries["offered_qps"].isna().all() and len(res.queries) == 3
     assert res.summary["stable"] is True  # three queries: too few to judge anything but completion
+
+
+def test_the_verdict_of_an_interrupted_run_is_that_of_the_queries_that_had_arrived():
+    """Queries that had not arrived when a run was stopped are not 'never finished' (issue 23)."""
+    from dvasim.reporting.records import RecordStore
+    from dvasim.reporting.stability import run_verdict
+
+    n, m = 1000, 700
+    arrival = np.arange(n, dtype=float) * 10.0
+    store = RecordStore(n, 1, arrivals=arrival)
+    store.finish[:m] = arrival[:m] + 5.0  # the arrived ones finished; the rest never came
+    cfg = {"qos": {"target_ms": 50.0}, "workload": {"kind": "poisson"}}
+    assert run_verdict(store, cfg, np.full(n, 100.0))["stable"] is False
+    store.leave_out(m, "interrupted by a test")
+    got = run_verdict(store, cfg, np.full(n, 100.0))
+    assert got == stability(arrival[:m], arrival[:m] + 5.0) and got["stable"] is True

@@ -1,5 +1,5 @@
 """Executor timelines (issue 13): every stage execution recorded, agreeing with the query records, exported as a
-valid Chrome/Perfetto trace and drawn as a Gantt chart; bounded."""
+valid Chrome/Perfetto trace (written whole, issue 23) and drawn as a Gantt chart titled with the run; bounded."""
 
 from __future__ import annotations
 
@@ -56,6 +56,27 @@ def test_chrome_trace_is_valid_trace_event_json(tmp_path):
     assert gantt_figure(tl, tmp_path / "g.png").stat().st_size > 5_000
 
 
+def test_a_trace_that_cannot_be_written_leaves_nothing_and_says_so(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    import pytest
+
+    from dvasim.errors import OutputError
+
+    _, rec, _ = _run(n=50)
+    real = Path.write_text
+
+    def full(self, *a, **k):
+        real(self, "{half", encoding="utf-8")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OutputError, match="t.json: cannot write: no space left"):
+        chrome_trace(rec.frame(), tmp_path / "t.json")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_recorder_keeps_at_most_max_rows():
     _, rec, _ = _run(n=400, max_rows=50)
     assert len(rec.frame()) == 50 and rec.dropped > 0
@@ -73,3 +94,4 @@ def test_dvasim_run_timeline_writes_the_trace_and_the_gantt(tmp_path):
     data = json.loads((out / "timeline.json").read_text())
     assert sum(e["ph"] == "X" for e in data["traceEvents"]) == 100
     assert (out / "timeline.png").stat().st_size > 5_000
+    assert not list(out.glob(".*.partial"))

@@ -1,5 +1,7 @@
 """dvasim capacity (issue 13): against a queue whose capacity is known exactly, the confidence rule against the
-binomial truth, the flag for a bracket top never exceeded, and the CLI."""
+binomial truth, the flag for a bracket top never exceeded, and the CLI; (issue 23) every setting and the config
+checked before the first probe, the limits (resolution, queries a probe, rates, doublings, bisections, seeds), and
+capacity.json written whole."""
 
 from __future__ import annotations
 
@@ -11,8 +13,19 @@ import pytest
 from scipy.stats import binom
 
 from dvasim.cli import main
-from dvasim.errors import ConfigError
-from dvasim.studies.capacity import capacity, clopper_pearson, min_queries_to_pass, throughput_bound_qps
+from dvasim.errors import ConfigError, DvasimError
+from dvasim.studies.capacity import (
+    MAX_BISECTIONS,
+    MIN_RESOLUTION,
+    OPTIONS,
+    bracket_and_bisect,
+    capacity,
+    check_options,
+    clopper_pearson,
+    min_queries_to_pass,
+    throughput_bound_qps,
+)
+from dvasim.workload.config import MAX_SEED
 
 
 def one_stage(tmp_path, t_ms=2.0, kind="uniform"):
@@ -86,3 +99,115 @@ def test_cli_capacity_writes_capacity_json_and_rejects_bad_input(tmp_path, capsy
     with pytest.raises(ConfigError):
         capacity({**one_stage(tmp_path), "workload": {"kind": "stepping"}}, 3.0)
     assert not math.isnan(np.float64(res["capacity_qps"]))
+
+
+# ----------------------------------------------------------------------------- issue 23: limits, checked first
+@pytest.mark.parametrize("kw,field", [
+    ({"max_queries": 0}, "--max-queries"),
+    ({"max_queries": "many"}, "--max-queries"),
+    ({"max_queries": 999}, "--max-queries"),  # below the first probe's 1,000 queries
+    ({"max_queries": 30_000_000}, "--max-queries"),
+    ({"min_queries": 5000, "max_queries": 4000}, "--max-queries"),
+    ({"percentile": 99.99999, "confidence": 0.9999}, "--max-queries"),  # no probe could ever pass
+    ({"resolution": 1e-300}, "--resolution"),
+    ({"resolution": float("nan")}, "--resolution"),
+    ({"percentile": "99"}, "--percentile"),
+    ({"confidence": 1.0}, "--confidence"),
+    ({"lo": float("inf")}, "--lo"),
+    ({"hi": float("inf")}, "--hi"),
+    ({"hi": 1e300}, "--hi"),
+    ({"lo": 50.0, "hi": 50.0}, "--lo"),
+    ({"lo": 5000.0}, "--lo"),  # above the default top of the bracket (twice the table's bound: 1333 qps)
+    ({"max_doublings": 1000}, "--max-doublings"),
+    ({"stack": "nosuch"}, "--stack"),
+])
+def test_bad_settings_are_one_line_naming_the_flag_before_any_probe(tmp_path, kw, field):
+    probes = []
+    with pytest.raises(DvasimError) as e:
+        capacity(one_stage(tmp_path), 3.0, progress=probes.append, **kw)
+    assert e.value.field == field and probes == []
+
+
+def test_the_config_is_checked_as_a_probe_would_run_it_before_any_probe(tmp_path):
+    probes = []
+    cfg = one_stage(tmp_path)
+    cfg["workload"]["start_ms"] = -1.0  # only the workload builder says so
+    with pytest.raises(ConfigError) as e:
+        capacity(cfg, 3.0, progress=probes.append)
+    assert e.value.field == "workload.start_ms" and probes == []
+    cfg = one_stage(tmp_path)
+    cfg["workload"]["seed"] = MAX_SEED  # a probe that doubles its queries takes the next seed
+    with pytest.raises(ConfigError) as e:
+        capacity(cfg, 3.0, max_queries=4000, progress=probes.append)
+    assert e.value.field == "workload.seed" and f"at most {MAX_SEED - 2}" in e.value.message and probes == []
+    cfg["workload"]["seed"] = MAX_SEED - 2
+    assert capacity(cfg, 3.0, max_queries=4000, resolution=0.2)["top_exceeded"]
+
+
+def test_the_limits_are_the_sweeps_too():
+    from dvasim.studies.sweep import SWEEP_CAPACITY
+
+    for k in SWEEP_CAPACITY.keys:
+        assert k is OPTIONS[k.name]
+    assert OPTIONS["resolution"].minimum == MIN_RESOLUTION
+    assert check_options({"slo_ms": 5.0}) == 1000
+    assert check_options({"slo_ms": 5.0, "percentile": 99.9, "max_queries": 4000}) == 2995  # ln .05 / ln .999
+    with pytest.raises(ConfigError) as e:
+        check_options({"slo_ms": 5.0, "percentile": 99.9, "max_queries": 2000}, where="sweep.capacity")
+    assert e.value.field == "sweep.capacity.max_queries" and "2,995" in e.value.message
+
+
+def test_bisection_stops_after_its_cap_whatever_the_resolution():
+    calls = []
+
+    def probe(rate):
+        calls.append(rate)
+        return rate <= 123.456
+
+    cap, (lo, hi), top, note = bracket_and_bisect(probe, 1.0, 1000.0, 0, 1e-300)
+    assert len(calls) == 2 + MAX_BISECTIONS and top
+    assert lo <= 123.456 < hi and cap == lo and f"after {MAX_BISECTIONS} bisections" in note
+    calls.clear()
+    cap, (lo, hi), top, note = bracket_and_bisect(probe, 1.0, 1000.0, 0, MIN_RESOLUTION)
+    assert note == "" and hi / lo - 1 <= MIN_RESOLUTION and len(calls) < 2 + MAX_BISECTIONS
+
+
+def test_cli_capacity_limits_are_one_line_and_nothing_is_written(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[model]\ntable = "{tmp_path / "t.csv"}"\n[policy]\nname = "zerobatch"\nmax_batch_size = 1\n'
+                   '[workload]\nkind = "uniform"\nrate_qps = 10\nn_queries = 100\n')
+    one_stage(tmp_path)
+    for bad, field in [(["--resolution", "1e-300"], "--resolution"), (["--max-queries", "0"], "--max-queries"),
+                       (["--max-queries", "many"], "--max-queries"), (["--hi", "inf"], "--hi"),
+                       (["--set", "workload.start_ms=-1"], "workload.start_ms")]:
+        assert main(["capacity", str(cfg), "--slo-ms", "3", "--out", str(tmp_path / "x"), *bad]) == 2
+        out, err = capsys.readouterr()
+        assert err.strip().startswith(f"dvasim: error: {field}") and err.strip().count("\n") == 0
+        assert "qps" not in out  # no probe ran
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_capacity_json_is_written_whole(tmp_path, capsys, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[model]\ntable = "{tmp_path / "t.csv"}"\n[policy]\nname = "zerobatch"\nmax_batch_size = 1\n'
+                   '[workload]\nkind = "uniform"\nrate_qps = 10\nn_queries = 100\n')
+    one_stage(tmp_path)
+    args = ["capacity", str(cfg), "--slo-ms", "3", "--out", str(tmp_path / "o"), "--resolution", "0.2"]
+    assert main(args) == 0
+    before = (tmp_path / "o" / "capacity.json").read_text()
+    real = Path.write_text
+
+    def full_disk(self, text, *a, **k):
+        real(self, text[:10], *a, **k)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    assert main([*args[:-1], "0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dvasim: error: {tmp_path / 'o' / 'capacity.json'}: ") and "no space left" in err
+    monkeypatch.undo()
+    assert (tmp_path / "o" / "capacity.json").read_text() == before  # the old result, whole
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["capacity.json"]

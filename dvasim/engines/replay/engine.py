@@ -81,6 +81,8 @@ __all__ = [
     "ReplayResult",
     "ReplayStageError",
     "ReplayError",
+    "check_replay_config",
+    "check_table_device",
 ]
 
 
@@ -665,18 +667,8 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
     the replay's profiler (:class:`dvasim.engines.replay.corun.ReplayCoRun`: measured on these stage modules,
     with ``threads`` intra-op threads on the CPU, the replay's setting).
     """
-    from dvasim.policies import make_policy
-    from dvasim.workload import workload_from_config
-    from dvasim.workload.lengths import check_lengths
-
-    cfg, resolved = _resolve(config, overrides, device, table)
+    cfg, resolved, policy, workload = _checked(config, overrides, device, table)
     profile = resolved.table
-    params = {k: v for k, v in cfg["policy"].items() if k != "name"}
-    policy = make_policy(cfg["policy"]["name"], params)
-    workload = workload_from_config(cfg["workload"], needs_seq_len=profile.seq_lens is not None,
-                                    base_dir=cfg["base_dir"])
-    if profile.seq_lens is not None and len(workload.seq_lens):
-        check_lengths(profile, workload.seq_lens)
     dev = "cuda" if device == "cuda" else "cpu"
     model, kind, stages, labels = _real_stages(cfg, resolved, dev)
     lens, buckets = _lengths(model, kind, profile, workload.seq_lens if seq_lens is None else seq_lens)
@@ -698,6 +690,69 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
     if kind == "cudagraph":
         setup.lane_stages = _graph_stages(setup, cuda_ops)
     return setup
+
+
+def _checked(config, overrides, device: str, table):
+    """Every check :func:`prepare` makes before it builds anything (no torch work): the resolved config and
+    model, the policy and the workload."""
+    from dvasim.policies import make_policy
+    from dvasim.workload import workload_from_config
+    from dvasim.workload.lengths import check_lengths
+
+    cfg, resolved = _resolve(config, overrides, device, table)
+    profile = resolved.table
+    params = {k: v for k, v in cfg["policy"].items() if k != "name"}
+    policy = make_policy(cfg["policy"]["name"], params)
+    workload = workload_from_config(cfg["workload"], needs_seq_len=profile.seq_lens is not None,
+                                    base_dir=cfg["base_dir"])
+    if profile.seq_lens is not None and len(workload.seq_lens):
+        check_lengths(profile, workload.seq_lens)
+    return cfg, resolved, policy, workload
+
+
+def check_replay_config(config, overrides: list[str] | None = None, *, device: str = "cpu", table=None) -> dict:
+    """The resolved ``config`` after every check :func:`prepare` makes on it, without building a model: what
+    ``dvasim validate`` checks before its simulation writes anything. Raises a
+    :class:`~dvasim.errors.DvasimError` naming the field."""
+    return _checked(config, overrides, device, table)[0]
+
+
+GPU_TABLES = ("titanrtx", "a100", "h100")  # [model] devices whose tables are a GPU's (dvasim.model.catalog)
+
+
+def gpu_table_name(gpu: str) -> str | None:
+    """The ``[model] device`` whose shipped tables were measured (or modelled) on the GPU named ``gpu`` (as
+    ``torch.cuda.get_device_name`` says it: "NVIDIA H100 80GB HBM3" is ``h100``), or ``None``."""
+    flat = "".join(ch for ch in gpu.lower() if ch.isalnum())
+    return next((d for d in GPU_TABLES if d in flat), None)
+
+
+def check_table_device(model_cfg: dict, device: str, gpu: str | None = None) -> None:
+    """The policy of a replay decides with the table of ``[model] device``: refuse a table of another machine
+    (Titan RTX times while CPU modules run). A CPU replay takes ``device = "cpu"``; a GPU replay the table of
+    that GPU (``gpu``: its name, default ``torch.cuda.get_device_name()``), e.g. ``h100`` on an H100."""
+    from dvasim.errors import ConfigError
+
+    if "name" not in model_cfg:
+        return  # a table instead of a named model: _resolve refuses it
+    have = model_cfg.get("device", "titanrtx")
+    if device != "cuda":
+        if have != "cpu":
+            raise ConfigError("model.device", f"{have!r} is another machine's latency table, but this replay runs "
+                                              "on the CPU: the policy would decide with the wrong times; set "
+                                              'device = "cpu" (the small variants, measured on a CPU), or replay '
+                                              "with --device cuda on that GPU")
+        return
+    gpu = gpu if gpu is not None else torch.cuda.get_device_name()
+    want = gpu_table_name(gpu)
+    if want is None:
+        raise ConfigError("model.device", f"no shipped table was measured on this GPU ({gpu}; tables: "
+                                          f"{', '.join(GPU_TABLES)}); dvasim validate --device cuda profiles the "
+                                          "stages on it first, or give replay(config, table=...) a table of it")
+    if have != want:
+        raise ConfigError("model.device", f"{have!r} is another machine's latency table, but this replay runs on "
+                                          f"{gpu}: the policy would decide with the wrong times; set "
+                                          f'device = "{want}"')
 
 
 def _resolve(config, overrides, device: str, table):
@@ -889,6 +944,9 @@ def write_executions(result, out_dir) -> None:
     res = result.extra.get("replay")
     if res is None or not res.executions:
         return
+    from dvasim.outputs import atomic_path
+
     rows = [{k: v for k, v in r.items() if k != "query_ids"} | {"n_queries": len(r["query_ids"])}
             for r in res.executions]
-    pd.DataFrame(rows).sort_values("start_ms").to_csv(f"{out_dir}/executions.csv", index=False)
+    with atomic_path(f"{out_dir}/executions.csv") as tmp:  # a full disk leaves no half-written file
+        pd.DataFrame(rows).sort_values("start_ms").to_csv(tmp, index=False)

@@ -33,6 +33,7 @@ import numpy as np
 
 from dvasim.engines.replay.engine import ReplayError, make_engine, prepare, to_run_result
 from dvasim.errors import ConfigError
+from dvasim.outputs import write_text
 
 __all__ = ["replay_loadgen", "parse_summary", "KEEP"]
 
@@ -91,7 +92,7 @@ def replay_loadgen(config, out_dir, overrides: list[str] | None = None, *, devic
     lgs = parse_summary(summary_path.read_text()) if summary_path.is_file() else {}
     result = to_run_result(setup, res)
     comparison = _comparison(lgs, _our_stats(result.queries), target_qps, len(res.queries))
-    (out / "loadgen.json").write_text(json.dumps(comparison, indent=2) + "\n")
+    write_text(out / "loadgen.json", json.dumps(comparison, indent=2) + "\n")
     result.summary.update({f"loadgen_{k}": v for k, v in lgs.items()})
     result.summary["loadgen_target_qps"] = target_qps
     result.extra["loadgen"] = comparison
@@ -105,7 +106,13 @@ def _target_qps(wl: dict, target_qps: float | None) -> float:
         if target_qps is None:
             raise ConfigError("--target-qps", f"the workload (kind = {wl.get('kind')!r}) has no rate_qps; "
                                               "give LoadGen's target with --target-qps")
-    return float(target_qps)
+    try:
+        qps = float(target_qps)
+    except (TypeError, ValueError):
+        qps = math.nan
+    if not (math.isfinite(qps) and qps > 0):
+        raise ConfigError("--target-qps", f"must be a finite number > 0 (queries per second), got {target_qps!r}")
+    return qps
 
 
 class _Sut:

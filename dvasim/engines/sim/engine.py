@@ -7,12 +7,19 @@ loop's clients), its attributes the state they share.
 The control state (batch table, batch queues, buffer pairs, executor states, policy) lives in
 :class:`dvasim.core.pipeline.Pipeline`; this module only adds time: arrivals at their instants, stage executions
 that take the time the :class:`~dvasim.engines.sim.device.Device` gives them, and the policy's wake-ups.
+
+A run stops early when asked: the ``stop`` option (a callable the command line's signal handlers answer) is
+looked at every :data:`STOP_EVERY` events, and Ctrl-C in Python (``KeyboardInterrupt``) stops it too. Either way the
+result keeps what was collected, and the queries that had not arrived yet are left out of the records
+(:meth:`dvasim.reporting.records.RecordStore.leave_out`). A full disk while the records stream
+(:class:`~dvasim.errors.OutputError`) is never made a soft failure: it ends the run with that error.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -23,6 +30,8 @@ import simpy
 from dvasim.core.pipeline import Pipeline
 from dvasim.core.query import Query
 from dvasim.engines.sim.device import Device
+from dvasim.errors import OutputError
+from dvasim.progress import NoBar, progress_bar
 from dvasim.reporting.records import RecordStore
 
 _URGENT = simpy.events.URGENT  # an event due before the normal ones of its instant
@@ -41,19 +50,38 @@ class SimResult:
     device_busy_ms: float
     stuck: str | None = None  # description of the pipeline if some queries never finished
     records: RecordStore | None = None  # every query's record (columnar), finished or not
+    interrupted: str | None = None  # what stopped the run early (a stop request, Ctrl-C), if anything did
+    n_not_arrived: int = 0  # queries that had not arrived when it was interrupted: not recorded, not measured
 
 
 class SimulationStuck(RuntimeError):
     """The simulated clock stopped advancing (see :func:`simulate`'s watchdog)."""
 
 
-def _run_watched(env: simpy.Environment, pipeline: Pipeline, limit: int) -> None:
+class StopRequested(Exception):
+    """The ``stop`` option asked the run to stop (its argument: why, e.g. ``"SIGTERM"``)."""
+
+
+STOP_EVERY = 1 << 10  # events between two looks at the stop request (a few milliseconds of a run at most)
+
+
+def _run_watched(env: simpy.Environment, pipeline: Pipeline, limit: int,
+                 stop: Callable[[], str | None] | None = None) -> None:
     """``env.run()``, stopping with :class:`SimulationStuck` when ``limit`` events in a row leave the clock where
-    it was. (The clock is read from the environment's own attribute: this loop runs once per event.)"""
+    it was, and with :class:`StopRequested` when ``stop()`` (asked before the first event and then every
+    :data:`STOP_EVERY` events) says why. (The clock is read from the environment's own attribute: this loop runs
+    once per event.)"""
     step = env.step
     t_prev, same = env.now, 0
+    look = 1 if stop is not None else -1  # events until the next look (never 0 without a stop)
     try:
         while True:
+            look -= 1
+            if not look:
+                why = stop()
+                if why:
+                    raise StopRequested(why)
+                look = STOP_EVERY
             step()
             if env._now != t_prev:
                 t_prev, same = env._now, 0
@@ -90,6 +118,7 @@ class SimOptions:
     transfer: Any = None  # a dvasim.server.transfer.Transfer
     batch_costs: Any = None  # a dvasim.server.costs.BatchCosts
     corun_per_worker: float = 0.0
+    stop: Callable[[], str | None] | None = None
 
 
 def simulate(pipeline: Pipeline, arrivals_ms, seq_lens, **options) -> SimResult:
@@ -99,8 +128,10 @@ def simulate(pipeline: Pipeline, arrivals_ms, seq_lens, **options) -> SimResult:
     answer, think for ``think_ms`` and send the next, until all ``len(seq_lens)`` queries are sent (the given
     arrival times are then ignored and replaced by the times the queries were sent).
 
-    An interrupt (Ctrl-C) stops the run and returns what was collected; with ``fail_soft`` so does any error
-    (the result's ``stuck`` says what happened). A watchdog stops a run whose clock has not advanced for
+    An interrupt (Ctrl-C, or ``stop()`` returning a reason: it is asked every :data:`STOP_EVERY` events of a run
+    without ``until_ms``) stops the run and returns what was collected, the queries that had not arrived left out
+    (the result's ``interrupted`` and ``n_not_arrived``); with ``fail_soft`` so does any error but a full disk (the
+    result's ``stuck`` says what happened). A watchdog stops a run whose clock has not advanced for
     ``watchdog_events`` events in a row (a livelock: something re-arming itself at the same instant) with
     :class:`SimulationStuck`, naming the executors' states, the queues and the buffers.
 
@@ -179,7 +210,7 @@ class Simulation:
             raise ValueError("arrivals_ms must be sorted (non-decreasing)")
         self._build_records(o.records, o.keep_queries)
         self.progress, self.until_ms, self.fail_soft = o.progress, o.until_ms, o.fail_soft
-        self.watchdog_events = o.watchdog_events
+        self.watchdog_events, self.stop = o.watchdog_events, o.stop
         self.bar = None  # the progress bar, while running with ``progress``
         self.n_stages = pipeline.n_stages
         self.n_exec = self.n_stages * pipeline.instances  # one executor of every stage of every instance
@@ -542,18 +573,33 @@ class Simulation:
 
     # ---------------------------------------------------------------- running
     def run(self) -> SimResult:
-        """Run to the end (or ``until_ms``, an interrupt, or with ``fail_soft`` an error) and collect the result."""
-        if self.progress:
-            self.bar = _progress_bar(self.n_total)
+        """Run to the end (or ``until_ms``, an interrupt, or with ``fail_soft`` an error) and collect the result.
+        If the run ends with an error its streamed records are discarded (no half-written file is left)."""
+        bar = progress_bar(self.n_total, enabled=self.progress, unit="q", unit_scale=True, desc="simulating",
+                           leave=False, smoothing=0.1)  # a terminal gets the bar (rate, time left); a log does not
+        self.bar = None if isinstance(bar, NoBar) else bar
+        try:
+            failure, interrupted = self._run_loop()
+            return self._collect(failure, interrupted)
+        except BaseException:
+            self.records.discard()
+            raise
+
+    def _run_loop(self) -> tuple[str | None, str | None]:
+        """The events, until the end or what stopped them: ``(failure, interrupted)`` (``None`` where none)."""
         self._start_processes()
-        failure = None
+        failure = interrupted = None
         try:
             if self.until_ms is None:
-                _run_watched(self.env, self.pipeline, self.watchdog_events)
+                _run_watched(self.env, self.pipeline, self.watchdog_events, self.stop)
             else:
                 self.env.run(until=self.until_ms)
-        except KeyboardInterrupt:
-            failure = f"interrupted at simulated time {self.env.now:.3f} ms"
+        except StopRequested as e:
+            interrupted = str(e)
+        except KeyboardInterrupt:  # Ctrl-C in Python (or a signal handler that raises: it named it in ``stop``)
+            interrupted = (self.stop() if self.stop is not None else None) or "Ctrl-C"
+        except OutputError:  # a full disk is the user's to fix, never a soft failure
+            raise
         except Exception as e:  # keep every record collected so far; the caller reports the failure
             if not self.fail_soft:
                 raise
@@ -561,7 +607,9 @@ class Simulation:
         finally:
             if self.bar is not None:
                 self.bar.close()
-        return self._collect(failure)
+        if interrupted is not None:
+            failure = f"interrupted by {interrupted} at simulated time {self.env.now:.3f} ms"
+        return failure, interrupted
 
     def _start_processes(self) -> None:
         """The arrivals (or the closed loop's clients), then every executor's start-up, at time 0."""
@@ -576,31 +624,36 @@ class Simulation:
             else:
                 env.process(self._host_executor(k))
 
-    def _collect(self, failure: str | None) -> SimResult:
-        """Every query's record: those still inside the pipeline, then those that never reached it; ``stuck``
-        says why the run stopped early, or which queries never finished."""
+    def _collect(self, failure: str | None, interrupted: str | None = None) -> SimResult:
+        """Every query's record: those still inside the pipeline, then those that never reached it (of an
+        interrupted run, only those that had arrived); ``stuck`` says why the run stopped early, or which queries
+        never finished."""
         pipeline, records, live, n_total = self.pipeline, self.records, self.live, self.n_total
         stuck = failure
         n_done = pipeline.n_exited
         inside = sorted(live)
         records.add_many([live[k] for k in inside])
-        for k in range(self.created, n_total):
+        n_arrived = n_total if interrupted is None else self._n_arrived()
+        for k in range(self.created, n_arrived):
             records.add_unseen(k, int(self.lens[k]))
+        if n_arrived < n_total:
+            stuck = (f"{failure}; {n_total - n_arrived:,} of {n_total:,} queries had not arrived (left out of the "
+                     "records and the metrics)")
+            records.leave_out(n_arrived, stuck)
         records.close()
         if failure is None and n_done < n_total:
             first = (inside + list(range(self.created, min(n_total, self.created + 10))))[:10]
             stuck = (f"{n_total - n_done} of {n_total} queries never finished (first ids {first}); "
                      + pipeline.stuck_report())
         return SimResult(self.kept, pipeline, self.env.now, time.perf_counter() - self.t0, self.device.busy_time,
-                         stuck, records)
+                         stuck, records, interrupted, n_total - n_arrived)
 
-
-def _progress_bar(n_total: int):
-    from tqdm import tqdm
-
-    # a terminal gets the bar (queries per second and the time left); a log file or CI does not
-    return tqdm(total=n_total, unit="q", unit_scale=True, desc="simulating", leave=False, disable=None,
-                smoothing=0.1)
+    def _n_arrived(self) -> int:
+        """How many queries had arrived by now (ids are in arrival order): those made, and of an open loop also
+        those whose arrival has come but that the front door has not seen yet (an admission delay, a copy)."""
+        if self.closed_clients is not None:
+            return self.created
+        return max(self.created, int(np.searchsorted(self.arrivals, self.env.now, side="right")))
 
 
 def _groups(arrivals, front_door_times, block: int = 1 << 16, after=None):

@@ -436,13 +436,14 @@ def save_launch(df: pd.DataFrame, path) -> Path:
     """Write a launch-cost frame as ``modules,stage,batch_size,seq_len,launch_ms`` (``seq_len`` empty for image
     models) after its provenance as ``# key: value`` lines; returns the path."""
     from dvasim.model.table import provenance_header
+    from dvasim.outputs import atomic_path
 
     p = Path(path)
-    with open(p, "w", encoding="utf-8") as fh:
+    out = df.copy()
+    out["seq_len"] = out["seq_len"].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
+                                        else int(v))
+    with atomic_path(p) as tmp, open(tmp, "w", encoding="utf-8") as fh:  # renamed when complete
         fh.write(provenance_header(df.attrs.get("provenance", {})))
-        out = df.copy()
-        out["seq_len"] = out["seq_len"].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
-                                            else int(v))
         out[list(LAUNCH_COLUMNS)].to_csv(fh, index=False, lineterminator="\n")
     return p
 
@@ -750,9 +751,19 @@ def stats_path(path) -> Path:
 
 
 def save_profile(df: pd.DataFrame, path, stats: bool = True):
-    """Write the table (``path``) and, if ``stats``, the spread side file; returns the LatencyTable."""
+    """Write the table (``path``) and, if ``stats``, the spread side file, each under a temporary name renamed
+    when complete (:func:`dvasim.outputs.atomic_path`: a full disk leaves no half-written table); returns the
+    LatencyTable."""
+    from dvasim.outputs import atomic_path, output_error
+
     table = to_table(df, name=Path(path).stem)
-    table.save(path)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(path, e) from None
+    with atomic_path(path) as tmp:
+        table.save(tmp)
     if stats:
-        df.to_csv(stats_path(path), index=False, lineterminator="\n", float_format="%.6g")
+        with atomic_path(stats_path(path)) as tmp:
+            df.to_csv(tmp, index=False, lineterminator="\n", float_format="%.6g")
     return table

@@ -194,11 +194,9 @@ def capture_stages(eager_stages, buffers, ops, batch_sizes, lengths, lanes: int 
     lengths = sorted(set(lengths or [1]), reverse=True)
     sizes = sorted(set(int(b) for b in batch_sizes))
     total = lanes * len(eager_stages) * len(sizes) * len(lengths)
-    bar = None
-    if progress:
-        from tqdm import tqdm
+    from dvasim.progress import progress_bar
 
-        bar = tqdm(total=total, desc="capturing CUDA graphs", unit="graph", leave=False)
+    bar = progress_bar(total, enabled=progress, desc="capturing CUDA graphs", unit="graph", leave=False)
     out = []
     try:
         for lane in range(lanes):
@@ -207,10 +205,9 @@ def capture_stages(eager_stages, buffers, ops, batch_sizes, lengths, lanes: int 
                 g = GraphStage(st, ops, s, name=(lane, s))
                 for L in lengths:
                     g.capture_rows(buffers.read(lane, s, 0, range(sizes[-1]), L), sizes,
-                                   on_each=None if bar is None else lambda: bar.update(1))
+                                   on_each=lambda: bar.update(1))
                 row.append(g)
             out.append(row)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return out
