@@ -1,7 +1,7 @@
 """Writing result files so that nothing is left half-written, and a full disk is one line.
 
-Every output goes to a temporary name of its own beside its final one (``.NAME.<random>.partial``: two writers of
-one path never share it) and is renamed when complete (:func:`atomic_path`, :func:`write_text`,
+Every output goes to a temporary name of its own beside its final one (``.STEM.<random>.partial.SUFFIX``: two
+writers of one path never share it) and is renamed when complete (:func:`atomic_path`, :func:`write_text`,
 :func:`write_whole` for files that belong together): a reader sees the old file or the new one, never a torn one. An
 ``OSError`` while writing (a full disk, a read-only folder, a quota) becomes an :class:`~dvasim.errors.OutputError`
 naming the file and the fix; the temporary file is removed.
@@ -43,9 +43,10 @@ def partial_path(path: str | Path) -> Path:
 
 
 def temporary_path(path: str | Path) -> Path:
-    """A temporary name of its own beside ``path`` (no other writer of ``path`` gets the same one)."""
+    """A temporary name of its own beside ``path`` (no other writer of ``path`` gets the same one), ending in the
+    same suffix, so that a writer that tells the format from the name (a figure) writes the right one."""
     p = Path(path)
-    return p.with_name(f".{p.name}.{uuid.uuid4().hex[:12]}.partial")
+    return p.with_name(f".{p.stem}.{uuid.uuid4().hex[:12]}.partial{p.suffix}")
 
 
 @contextlib.contextmanager
@@ -70,15 +71,6 @@ def write_text(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
-
-
-def final_suffix(path: str | Path) -> str:
-    """The suffix of the file ``path`` stands for: its own, or for a temporary name (:func:`temporary_path`) that of
-    the final name (a figure written under a temporary name still knows it is a PNG)."""
-    p = Path(path)
-    if p.name.startswith(".") and p.name.endswith(".partial") and p.name.count(".") >= 3:
-        return Path(p.name[1:].rsplit(".", 2)[0]).suffix
-    return p.suffix
 
 
 def write_whole(writers: dict[Path, Callable[[Path], Any]]) -> None:

@@ -219,21 +219,3 @@ def find_file(value: Any, base_dir: str | None, field: str, hint: str = "") -> P
     where = "" if p.is_absolute() else (f" (looked next to the config, in the working directory and in {DATA_ROOT}, "
                                         "where the shipped traces/ are)")
     raise ConfigError(field, f"file {value!r} not found{where}{hint}")
-
-
-def check_keys(section: str, values: dict[str, Any], allowed) -> None:
-    """Every key of the table ``section`` is one of ``allowed`` (else a one-line error naming it)."""
-    for key in values:
-        if key not in allowed:
-            raise ConfigError(f"{section}.{key}", f"unknown key; allowed: {', '.join(sorted(allowed))}")
-
-
-def check_number(d: dict, section: str, key: str, minimum: float, strict: bool = False) -> None:
-    """``d[key]`` is a finite number >= ``minimum`` (> with ``strict``); stored as a float."""
-    v = d[key]
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-    ok = ok and (v > minimum if strict else v >= minimum)
-    if not ok:
-        rel = ">" if strict else ">="
-        raise ConfigError(f"{section}.{key}", f"must be a number {rel} {minimum:g}, got {v!r}")
-    d[key] = float(v)

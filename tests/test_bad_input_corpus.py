@@ -405,7 +405,7 @@ def run_case(case: Case, folder: Path, trip: Tripwire, capsys, monkeypatch, budg
     err = capsys.readouterr().err
     after = _snapshot(folder)
     changed = sorted(k for k in set(before) | set(after) if before.get(k, "gone") != after.get(k, "gone"))
-    partial = [k for k in after if k.endswith(".partial")]
+    partial = [k for k in after if ".partial" in Path(k).name]
     return Outcome(code, err, list(trip.started), changed, partial, escaped[:300])
 
 

@@ -32,7 +32,15 @@ import signal
 import sys
 
 from dvasim.cli.capacity import cmd_capacity
-from dvasim.cli.common import add_config_arguments, add_stack_arguments, check_stack, print_summary, version
+from dvasim.cli.common import (
+    add_config_arguments,
+    add_stack_arguments,
+    check_stack,
+    error_line,
+    needs_torch,
+    print_summary,
+    version,
+)
 from dvasim.cli.policies import cmd_policies
 from dvasim.cli.run import cmd_run
 from dvasim.cli.stacks import cmd_stacks, stack_reference
@@ -75,8 +83,7 @@ def run_parsed(argv: list[str]) -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except DvasimError as e:
-        print(f"dvasim: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     except KeyboardInterrupt:
         print("dvasim: interrupted", file=sys.stderr)
         return 130
@@ -161,8 +168,7 @@ def dispatch(argv: list[str] | None = None) -> int:
         try:
             return cli_compare(argv[1:])
         except DvasimError as e:
-            print(f"dvasim: error: {e}", file=sys.stderr)
-            return 2
+            return error_line(e)
     if argv and argv[0] == "fit":
         from dvasim.cli.fit import cli_fit
 
@@ -171,18 +177,14 @@ def dispatch(argv: list[str] | None = None) -> int:
         try:
             from dvasim.cli.profile import cli_profile
         except ImportError as e:
-            print(f"dvasim profile: error: needs torch ({e}); install the replay extra: pip install 'dvasim[replay]'",
-                  file=sys.stderr)
-            return 2
+            return needs_torch("profile", e)
         return cli_profile(argv[1:])
     if argv and argv[0] in ("replay", "validate"):
         try:
             from dvasim.cli.replay import cli_replay
             from dvasim.cli.validate import cli_validate
         except ImportError as e:
-            print(f"dvasim {argv[0]}: error: needs torch ({e}); install the replay extra: pip install 'dvasim[replay]'",
-                  file=sys.stderr)
-            return 2
+            return needs_torch(argv[0], e)
         return (cli_replay if argv[0] == "replay" else cli_validate)(argv[1:])
     return run_parsed(argv)
 

@@ -150,3 +150,18 @@ def add_torch_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu (threads) or cuda (streams and events); default cpu")
     p.add_argument("--threads", default="1", help="torch intra-op threads for the run (process-wide; 1..4 per "
                                                   "logical CPU, at most 256); default 1")
+
+
+TORCH_EXTRA = "install the replay extra: pip install 'dvasim[replay]'"
+
+
+def error_line(e, command: str | None = None, status: int = 2) -> int:
+    """Print a user error as the one line every subcommand prints (``dvasim[ COMMAND]: error: <field>: ...``) and
+    return the exit status."""
+    print(f"{'dvasim' if command is None else f'dvasim {command}'}: error: {e}", file=sys.stderr)
+    return status
+
+
+def needs_torch(command: str, e: ImportError) -> int:
+    """The one line for a torch command on a machine without torch."""
+    return error_line(f"needs torch ({e}); {TORCH_EXTRA}", command)

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from dvasim.cli.common import error_line
 from dvasim.errors import OneLineParser, check_out_dir
 from dvasim.outputs import atomic_path
 from dvasim.studies import compare as compare_study
@@ -115,8 +116,7 @@ def cli_compare(argv: list[str] | None = None) -> int:
     labels = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
     problem = argument_problem(args, models, labels)
     if problem is not None:
-        print(f"dvasim compare: error: {problem}", file=sys.stderr)
-        return 2
+        return error_line(problem, "compare")
     served = served_by(args)
     check_out_dir(args.out)
     out = Path(args.out)

@@ -7,8 +7,7 @@ complete, so an error leaves nothing behind."""
 
 from __future__ import annotations
 
-import sys
-
+from dvasim.cli.common import error_line
 from dvasim.errors import ConfigError, DvasimError, OneLineParser
 
 MAX_HOST_CORES = 1024  # --host-cores: the launching cores of a replay's host
@@ -140,8 +139,7 @@ def cli_fit(argv=None) -> int:
         args = fit_parser().parse_args(argv)
         res, checks, out = fit_command(args)
     except DvasimError as e:
-        print(f"dvasim: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     print_fit(res, out, checks)
     return 0
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
-from dvasim.cli.common import max_threads
+from dvasim.cli.common import error_line, max_threads
 from dvasim.errors import DvasimError, check_out_dir
 from dvasim.model.profiling.profiler import (
     DEFAULT_REPEATS,
@@ -306,12 +306,8 @@ def cli_profile(argv: Sequence[str] | None = None) -> int:
             return int(exc.code or 0)
         r = _request(args)
         table, wrote_launch = _profile_and_save(r, "dvasim profile " + " ".join(argv))
-    except _ArgError as exc:
-        print(f"dvasim profile: error: {exc.field}: {exc.message}", file=sys.stderr)
-        return 2
-    except DvasimError as exc:
-        print(f"dvasim profile: error: {exc.field}: {exc.message}", file=sys.stderr)
-        return 2
+    except (_ArgError, DvasimError) as exc:
+        return error_line(f"{exc.field}: {exc.message}", "profile")
     print(_summary(r.out, table, r.per_op, wrote_launch))
     return 0
 

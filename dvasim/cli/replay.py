@@ -23,6 +23,8 @@ from dvasim.cli.common import (
     UsageError,
     add_torch_run_arguments,
     check_device,
+    error_line,
+    needs_torch,
     number,
     positive_int,
     print_summary,
@@ -74,31 +76,24 @@ def cli_replay(argv: list[str]) -> int:
     try:
         args, (dev, threads, warmup, target) = replay_options(argv)
     except UsageError as e:
-        print(f"dvasim replay: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e, "replay")
     except DvasimError as e:
-        print(f"dvasim: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     try:
         from dvasim.api import write_outputs
         from dvasim.engines.replay.engine import ReplayError, write_executions
 
         check_model_device(args, dev)
     except ImportError as e:
-        print(f"dvasim replay: error: needs torch ({e}); install the replay extra: pip install 'dvasim[replay]'",
-              file=sys.stderr)
-        return 2
+        return needs_torch("replay", e)
     except DvasimError as e:
-        print(f"dvasim: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     try:
         if args.loadgen:
             try:
                 from dvasim.engines.replay.loadgen import replay_loadgen
             except ImportError as e:
-                print(f"dvasim replay: error: --loadgen: needs mlcommons-loadgen ({e}); "
-                      "pip install mlcommons-loadgen", file=sys.stderr)
-                return 2
+                return error_line(f"--loadgen: needs mlcommons-loadgen ({e}); pip install mlcommons-loadgen", "replay")
             result = replay_loadgen(args.config, args.out, overrides=args.set, device=dev, threads=threads,
                                     target_qps=target, warmup=warmup)
         else:
@@ -106,14 +101,12 @@ def cli_replay(argv: list[str]) -> int:
 
             result = replay(args.config, overrides=args.set, device=dev, threads=threads, warmup=warmup)
     except DvasimError as e:
-        print(f"dvasim: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     except ReplayError as e:
         partial = getattr(e, "run_result", None)
         if partial is not None:  # keep the records collected before the failure
             write_executions(partial, write_outputs(partial, args.out, figure=False))
-        print(f"dvasim replay: error: {e}", file=sys.stderr)
-        return 1
+        return error_line(e, "replay", 1)
     return report_replay(args, result)
 
 

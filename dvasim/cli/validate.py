@@ -15,13 +15,13 @@ as both engines run it; a failed replay exits with status 1. ``--help`` works wi
 
 from __future__ import annotations
 
-import sys
-
 from dvasim.cli.common import (
     StrictParser,
     UsageError,
     add_torch_run_arguments,
     check_device,
+    error_line,
+    needs_torch,
     number,
     positive_int,
     thread_count,
@@ -56,27 +56,21 @@ def cli_validate(argv: list[str]) -> int:
         if args.max_foreign_load is not None:
             max_foreign = number("--max-foreign-load", args.max_foreign_load, 0.0)
     except UsageError as e:
-        print(f"dvasim validate: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e, "validate")
     except DvasimError as e:
-        print(f"dvasim: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     try:
         from dvasim.engines.replay.engine import ReplayError
         from dvasim.fitting.validate import format_fidelity, validate
     except ImportError as e:
-        print(f"dvasim validate: error: needs torch ({e}); install the replay extra: pip install 'dvasim[replay]'",
-              file=sys.stderr)
-        return 2
+        return needs_torch("validate", e)
     try:
         fid = validate(args.config, args.out, repeats=repeats, overrides=args.set, device=dev, threads=threads,
                        figure=not args.no_figure, max_foreign=max_foreign, table=args.table)
     except DvasimError as e:
-        print(f"dvasim: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     except ReplayError as e:
-        print(f"dvasim validate: error: {e}", file=sys.stderr)
-        return 1
+        return error_line(e, "validate", 1)
     print(f"dvasim validate {args.config}: results in {args.out}/")
     print(format_fidelity(fid))
     return 0

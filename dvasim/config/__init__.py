@@ -32,12 +32,8 @@ from dvasim.config.sections import (
 )
 from dvasim.core.pipeline import MAX_INSTANCES
 from dvasim.paths import DATA_ROOT, PROJECT_ROOT
-from dvasim.schema import check_keys, check_number, find_file
+from dvasim.schema import find_file
 
-ENGINE_KEYS = {k.name: k.help for k in ENGINE.keys}
-QOS_KEYS = {k.name: k.help for k in QOS.keys}
-REPLAY_KEYS = {k.name: k.help for k in REPLAY.keys}
-
-__all__ = ["DATA_ROOT", "DEFAULTS", "ENGINE_KEYS", "MAX_BUFFER_PAIRS", "MAX_CORES", "MAX_INSTANCES", "PROJECT_ROOT",
-           "QOS_KEYS", "REPLAY_KEYS", "SCHEMA", "SECTIONS", "UNSET", "apply_engine_file", "apply_overrides",
-           "check_keys", "check_number", "find_file", "load_toml", "parse_override", "resolve"]
+__all__ = ["DATA_ROOT", "DEFAULTS", "ENGINE", "MAX_BUFFER_PAIRS", "MAX_CORES", "MAX_INSTANCES", "PROJECT_ROOT", "QOS",
+           "REPLAY", "SCHEMA", "SECTIONS", "UNSET", "apply_engine_file", "apply_overrides", "find_file", "load_toml",
+           "parse_override", "resolve"]

@@ -36,7 +36,6 @@ MODEL = Section("model", "the model served: a latency table, or a model of the z
     Key("ratios", "numbers", "fractions of the total time at which to cut (instead of stages)"),
     Key("slice_batch_size", "int", "batch size whose operator times decide the slicing", default=1, minimum=1),
 ))
-KEYS = {k.name: k.help for k in MODEL.keys}
 
 
 def traces_root() -> Path:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dvasim.outputs import atomic_path, final_suffix
+from dvasim.outputs import atomic_path
 
 
 def in_notebook() -> bool:
@@ -298,7 +298,7 @@ def _write(fig, path: str | Path, **savefig) -> Path:
     path = Path(path)
     try:
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=final_suffix(path).lstrip(".") or "png", dpi=110, **savefig)
+            fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=110, **savefig)
     finally:
         plt.close(fig)
     return path

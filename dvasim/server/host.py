@@ -73,7 +73,6 @@ HOST = Section("engine.host", "the host of a GPU run: launch costs, launching co
     Key("stall_cluster_prob", "number", 'probability that a launch stalls within stall_window_ms after another stall began (bursts)', minimum=0, maximum=1),
     Key("stall_window_ms", "number", 'how long after a stall the host stays disturbed (ms)', default=50.0, minimum=0),
 ))
-HOST_KEYS = {k.name: k.help for k in HOST.keys}
 
 
 class LaunchTable:

@@ -48,7 +48,6 @@ SERVER = Section("server", "the serving stack around the GPU (dvasim stacks); it
     Key("stack", "choice", "the serving stack (default: the one the table's source implies)", choices=tuple(STACKS)),
     *(_field_key(k, h) for k, h in FIELD_HELP.items()),
 ))
-SERVER_KEYS = {k.name: k.help for k in SERVER.keys}
 
 # the device of a named model's table -> the stack its source implies, and why
 DEVICE_STACKS = {

@@ -47,7 +47,6 @@ TRANSFER = Section("engine.transfer", "host-to-GPU input copies (E2bird's memory
     Key("bandwidth_gbps", "number", "effective host-to-device bandwidth, GB/s (12: PCIe 3.0 x16, pinned)",
         default=12.0, minimum=0, strict=True),
 ))
-KEYS = {k.name: k.help for k in TRANSFER.keys}
 
 
 @dataclass(frozen=True)

@@ -113,8 +113,6 @@ SWEEP = Section("sweep", "a sweep file (dvasim sweep): many runs of one base con
     Key("capacity", "table", "a capacity search per point", section=SWEEP_CAPACITY),
 ))
 SWEEP_SECTIONS = (SWEEP, SWEEP_RANDOM, SWEEP_SEEDS, SWEEP_CAPACITY)
-SWEEP_KEYS = tuple(SWEEP.by_name)
-CAPACITY_KEYS = tuple(SWEEP_CAPACITY.by_name)
 DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 
 

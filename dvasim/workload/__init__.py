@@ -15,7 +15,7 @@ from dvasim.workload.arrivals import (
     stepping_rates,
     uniform_arrivals,
 )
-from dvasim.workload.config import ALLOWED_KEYS, KINDS, Workload, length_rng, workload_from_config
+from dvasim.workload.config import KINDS, WORKLOAD, Workload, length_rng, workload_from_config
 from dvasim.workload.lengths import glue_path, glue_tasks, load_lengths
 from dvasim.workload.traces import Trace, load_trace, shipped_traces, trace_arrivals, trace_path
 
@@ -37,5 +37,5 @@ __all__ = [
     "shipped_traces",
     "length_rng",
     "KINDS",
-    "ALLOWED_KEYS",
+    "WORKLOAD",
 ]

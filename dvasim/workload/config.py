@@ -61,7 +61,7 @@ from dvasim.workload.arrivals import (
 from dvasim.workload.lengths import load_lengths
 from dvasim.workload.traces import load_trace, trace_arrivals
 
-__all__ = ["Workload", "workload_from_config", "KINDS", "ALLOWED_KEYS", "length_rng"]
+__all__ = ["Workload", "workload_from_config", "KINDS", "WORKLOAD", "length_rng"]
 
 _LEN_KEYS = ("seq_len", "seq_len_dist")
 MAX_SEED = 2**63 - 1  # numpy's seed sequences take any int; records and caches keep it as an int64
@@ -110,7 +110,6 @@ WORKLOAD = Section("workload", "the queries: their arrival times and input lengt
     Key("seq_len_dist", "str", 'input lengths sampled i.i.d. from "glue:RTE" (a GLUE task) or a lengths CSV',
         ),
 ), selector="kind")
-ALLOWED_KEYS: dict[str, tuple[str, ...]] = {k: tuple(WORKLOAD.allowed({"kind": k})) for k in KINDS}
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def run_cli(argv, capsys):
 
 def leftovers(folder: Path) -> list[str]:
     """Temporary files an atomic write left behind (none may be)."""
-    return sorted(p.name for p in folder.rglob(".*.partial"))
+    return sorted(p.name for p in folder.rglob(".*partial*"))
 
 
 # ----------------------------------------------------------------------------- dvasim fit
