@@ -3,7 +3,12 @@ in parallel or on a Dask cluster, resumable. Every point is checked before the f
 every point. Writes DIR/runs/ (the cache), DIR/results.csv and results.parquet, and a figure (latency against the
 swept key, ``latency_vs_load.png`` when the load is what varies; ``capacity.png`` for capacity searches), prints
 the paths actually written and a results table (the swept keys, the main metrics, and flags for unstable,
-SLO-missing and unfinished runs). Runs that did not finish every query exit with status 1."""
+SLO-missing and unfinished runs). Runs that did not finish every query exit with status 1.
+
+``--export perf-analyzer`` (a sweep of ``workload.rate_qps`` or ``workload.clients`` alone) also writes the CSV that
+``perf_analyzer -f`` writes (:mod:`dvasim.reporting.perf_analyzer`) to ``--export-out`` (default
+DIR/perf_analyzer.csv), with ``--verbose-csv``'s columns when asked; ``--overlay MEASURED.csv`` (a measured
+perf_analyzer CSV, read before any run) draws the simulated table over it, DIR/perf_analyzer_overlay.png."""
 
 from __future__ import annotations
 
@@ -32,6 +37,17 @@ def add_parser(sub) -> None:
     p.add_argument("--dask", metavar="tcp://HOST:PORT", default=None,
                    help=f"run on this Dask scheduler instead (it must answer within {DASK_CONNECT_TIMEOUT_S:g} s)")
     p.add_argument("--no-figure", action="store_true", help="skip the figure")
+    p.add_argument("--export", choices=["perf-analyzer"], default=None,
+                   help="also write perf_analyzer's CSV (its columns, microseconds, rows by throughput) of a sweep "
+                        "that varies only workload.rate_qps (request-rate mode) or workload.clients (concurrency)")
+    p.add_argument("--export-out", metavar="PATH", default=None,
+                   help="where --export writes (default: OUT/perf_analyzer.csv)")
+    p.add_argument("--verbose-csv", action="store_true",
+                   help="with --export: perf_analyzer's --verbose-csv columns too (Avg latency, request/response, "
+                        "response wait)")
+    p.add_argument("--overlay", metavar="MEASURED.csv", default=None,
+                   help="with --export: a measured perf_analyzer CSV to draw the simulated table over "
+                        "(OUT/perf_analyzer_overlay.png: p50 and p99 latency against throughput)")
     add_stack_arguments(p, every=True)
     p.set_defaults(func=cmd_sweep)
 
@@ -42,10 +58,17 @@ def cmd_sweep(args) -> int:
     check_workers(args.workers)
     check_stack(args.stack)
     check_out_dir(args.out)
+    measured = check_export_arguments(args)
     table = sweep(args.sweep, args.out, workers=args.workers, dask=args.dask, figure=not args.no_figure,
-                  stack=args.stack, engine=args.engine, overrides=args.set)
+                  stack=args.stack, engine=args.engine, overrides=args.set, export=args.export,
+                  export_out=args.export_out, verbose_csv=args.verbose_csv)
+    if measured is not None:
+        table.attrs["files"].append(str(overlay(table.attrs["files"][-1], measured, args.out)))
     files = ", ".join(table.attrs.get("files", []))
     print(f"dvasim sweep {args.sweep}: {len(table)} runs; results in {files}")
+    if table.attrs.get("perf_analyzer_left_out"):
+        print(f"note: {table.attrs['perf_analyzer_left_out']} runs finished no query and have no row in "
+              f"{table.attrs['files'][-1 if measured is None else -2]}")
     flagged = show_results(table)
     stuck = flagged.get("stuck", 0)
     if stuck:
@@ -53,6 +76,35 @@ def cmd_sweep(args) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def check_export_arguments(args):
+    """``--export-out``, ``--verbose-csv`` and ``--overlay`` need ``--export``; the measured table of
+    ``--overlay`` read (and checked) before any run: returned, or ``None``."""
+    from dvasim.errors import UsageError
+
+    if args.export is None:
+        for flag, given in (("--export-out", args.export_out is not None), ("--verbose-csv", args.verbose_csv),
+                            ("--overlay", args.overlay is not None)):
+            if given:
+                raise UsageError(flag, "needs --export perf-analyzer (the table it belongs to)")
+        return None
+    if args.overlay is None:
+        return None
+    from dvasim.reporting.perf_analyzer import read_perf_analyzer_csv
+
+    return read_perf_analyzer_csv(args.overlay, field="--overlay")
+
+
+def overlay(simulated_csv: str, measured, out: str):
+    """OUT/perf_analyzer_overlay.png: the simulated table (just written) over the measured one."""
+    from pathlib import Path
+
+    from dvasim.reporting.perf_analyzer import overlay_figure, read_perf_analyzer_csv
+
+    sim = read_perf_analyzer_csv(simulated_csv)
+    return overlay_figure({"simulated (dvasim)": sim, "measured (perf_analyzer)": measured},
+                          Path(out) / "perf_analyzer_overlay.png")
 
 
 def show_results(table, file=None) -> dict[str, int]:

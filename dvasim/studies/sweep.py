@@ -56,6 +56,14 @@ results.parquet together), so sweeps on one ``DIR`` at the same time never tear 
 files a sweep wrote are listed in its table's ``attrs["files"]``; :func:`overview` is the short table
 ``dvasim sweep`` prints (the swept keys, the main metrics and a flag for unstable, SLO-missing and unfinished
 runs).
+
+**perf_analyzer's table** (``export="perf-analyzer"``, ``dvasim sweep --export perf-analyzer``): a sweep that
+varies exactly one load, ``workload.rate_qps`` of an open loop (request-rate mode) or ``workload.clients`` of a
+closed loop (concurrency mode), and nothing else (no ``[seeds]``, no ``[capacity]``), also writes the CSV that
+``perf_analyzer -f`` writes (:mod:`dvasim.reporting.perf_analyzer`: its columns, units and row order), to
+``export_out`` (default ``DIR/perf_analyzer.csv``). :func:`export_mode` checks the sweep before any run. Each
+run's worker computes its row from its records (:func:`run_point`'s ``perf_analyzer``: a small dict, kept in the
+run's cache under ``"perf_analyzer"``, out of the results table); a cached run without one runs again.
 """
 
 from __future__ import annotations
@@ -387,10 +395,12 @@ def check_points(points: list[Point], *, stack: str | None = None, capacity: dic
 
 # ----------------------------------------------------------------------------- running
 def run_point(config: dict[str, Any], capacity: dict[str, Any] | None = None,
-              stack: str | None = None) -> dict[str, Any]:
+              stack: str | None = None, perf_analyzer: bool = False) -> dict[str, Any]:
     """One run (in any process): its summary's scalars and its wall time; with ``capacity`` (the sweep's
     ``[capacity]`` table), the capacity search's result instead (``capacity_qps``, its bracket and probes).
-    ``stack``: the serving stack's name (a plain string, so it travels to any worker)."""
+    ``stack``: the serving stack's name (a plain string, so it travels to any worker). ``perf_analyzer``: also
+    the run's row of perf_analyzer's table (:func:`dvasim.reporting.perf_analyzer.point_columns`, computed here
+    from the records, which stay in the worker), under ``"perf_analyzer"``."""
     import warnings
 
     from dvasim.api import run
@@ -412,6 +422,10 @@ def run_point(config: dict[str, Any], capacity: dict[str, Any] | None = None,
         res = run(config, progress=False, stack=stack)
     out = {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str, bool)) or v is None}
     out["stuck"] = res.stuck or ""
+    if perf_analyzer:
+        from dvasim.reporting.perf_analyzer import run_columns
+
+        out["perf_analyzer"] = run_columns(res, config, stack)
     out["run_wall_s"] = time.perf_counter() - t0
     return out
 
@@ -475,15 +489,18 @@ def _save_run(runs_dir: Path, p: Point, summary: dict) -> None:
 def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, dask: Any = None,
           progress: bool = True, figure: bool = True,
           on_result: Callable[[Point, dict], None] | None = None, stack: str | None = None,
-          engine: str | Path | None = None, overrides: list[str] | None = None) -> pd.DataFrame:
+          engine: str | Path | None = None, overrides: list[str] | None = None, export: str | None = None,
+          export_out: str | Path | None = None, verbose_csv: bool = False) -> pd.DataFrame:
     """Run the sweep file ``path`` into ``out_dir`` (see the module docstring); returns the results table, the
     files written in its ``attrs["files"]``.
 
     ``workers``: local processes (default: one per core; 1 = in this process; at most :func:`max_workers`).
     ``dask``: a scheduler address (``"tcp://HOST:PORT"``) or a ``distributed.Client``: the runs go to that cluster
     instead. ``stack``: the serving stack of every run, by name; ``engine``: an engine file (``dvasim fit``) for
-    every run; ``overrides``: ``--set`` overrides for every run. ``progress``: bars on a terminal only. Everything
-    is checked (every point built) before the first run."""
+    every run; ``overrides``: ``--set`` overrides for every run. ``progress``: bars on a terminal only.
+    ``export = "perf-analyzer"``: also perf_analyzer's CSV, to ``export_out`` (default ``DIR/perf_analyzer.csv``;
+    ``verbose_csv``: with its ``--verbose-csv`` columns); ``attrs["perf_analyzer_left_out"]`` counts the runs
+    that finished no query (no row). Everything is checked (every point built) before the first run."""
     workers = check_workers(workers)
     if stack is not None:
         from dvasim.server.resolve import stack_by_name
@@ -492,12 +509,14 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
     spec = load_sweep(path)
     points = expand(spec, stack=stack, engine=engine, overrides=overrides)
     out = Path(out_dir)
+    exporting = export_mode(points, spec, export)
+    export_file = export_path(export_out, out) if exporting is not None else None
     runs_dir = out / "runs"
     results: dict[str, dict] = {}
     todo: dict[str, Point] = {}
     for p in points:
         got = results.get(p.key) or _cached(runs_dir, p.key)
-        if got is not None:
+        if got is not None and (exporting is None or "perf_analyzer" in got):  # else: run again for its row
             results[p.key] = got
         else:
             todo.setdefault(p.key, p)
@@ -517,12 +536,91 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
         bar.update(1)
 
     try:
-        _execute(list(todo.values()), done, workers, client, spec.get("capacity"), stack)
+        _execute(list(todo.values()), done, workers, client, spec.get("capacity"), stack, exporting is not None)
     finally:
         bar.close()
         if ours:
             client.close()
-    return _write_results(points, results, out, spec, figure)
+    table = _write_results(points, results, out, spec, figure)
+    if exporting is not None:
+        left_out = write_perf_analyzer(points, results, exporting, export_file, verbose_csv)
+        table.attrs["files"].append(str(export_file))
+        table.attrs["perf_analyzer_left_out"] = left_out
+    return table
+
+
+# ----------------------------------------------------------------------------- perf_analyzer's table
+EXPORTS = ("perf-analyzer",)
+LOAD_KEYS = {"workload.rate_qps": "request-rate", "workload.clients": "concurrency"}  # swept key -> mode
+RATE_KINDS = ("poisson", "gamma", "uniform", "trace")  # the open loops with a rate_qps
+
+
+def export_mode(points: list[Point], spec: dict[str, Any], export: str | None) -> tuple[str, str] | None:
+    """``(mode, swept key)`` of a sweep exported as ``export`` (``None``: no export): a perf_analyzer table needs
+    runs (no ``[capacity]``) that differ in one load only, ``workload.rate_qps`` of an open loop (request-rate
+    mode) or ``workload.clients`` of a closed loop (concurrency mode); anything else is a one-line
+    :class:`UsageError` on ``--export`` naming the fix. Checked before any run."""
+    if export is None:
+        return None
+    if export not in EXPORTS:
+        raise UsageError("--export", f"unknown format {export!r}; allowed: {', '.join(EXPORTS)}")
+    if spec.get("capacity") is not None:
+        raise UsageError("--export", "perf_analyzer's table is made of runs, not capacity searches: drop the sweep "
+                                     "file's [capacity] table")
+    fix = ("vary only workload.rate_qps (request-rate mode, an open loop) or workload.clients (concurrency mode, "
+           'kind = "closed") in the sweep file')
+    others = [k for k in varying_keys(points) if k not in LOAD_KEYS]
+    loads = [k for k in _swept_keys(points) if k in LOAD_KEYS]
+    if others and not loads:
+        raise UsageError("--export", f"the sweep varies {', '.join(map(repr, others))}, "
+                                     f"{'which is not a load' if len(others) == 1 else 'none of them a load'}; {fix}")
+    if others:
+        seeds = " (and no [seeds]: one run per load)" if "workload.seed" in others else ""
+        raise UsageError("--export", f"the sweep also varies {', '.join(map(repr, others))}: perf_analyzer's table "
+                                     f"has one load column; {fix}{seeds}, a sweep for each other setting")
+    if len(loads) != 1:
+        raise UsageError("--export", f"the sweep varies {'no load' if not loads else ' and '.join(loads)}; {fix}")
+    key, mode = loads[0], LOAD_KEYS[loads[0]]
+    for i, p in enumerate(points):
+        kind = (p.config.get("workload") or {}).get("kind")
+        if (kind == "closed") != (mode == "concurrency") or (mode == "request-rate" and kind not in RATE_KINDS):
+            need = ('a closed loop (workload.kind = "closed")' if mode == "concurrency" else
+                    f"an open loop with a rate (workload.kind = {', '.join(RATE_KINDS)})")
+            raise UsageError("--export", f"{mode} mode ({key}) needs {need}, got kind = {kind!r} (sweep point "
+                                         f"{i + 1} of {len(points)})")
+    return mode, key
+
+
+def export_path(export_out: str | Path | None, out: Path) -> Path:
+    """Where perf_analyzer's table goes: ``export_out`` (a file whose folder can be made and written) or
+    ``out/perf_analyzer.csv``."""
+    from dvasim.errors import check_out_dir
+
+    path = out / "perf_analyzer.csv" if export_out is None else Path(export_out)
+    if str(export_out).strip() == "" or path.is_dir():
+        raise UsageError("--export-out", f"{str(export_out)!r} is not a file path; give one, e.g. "
+                                         f"{out / 'perf_analyzer.csv'}")
+    check_out_dir(path.parent, "--export-out")
+    return path
+
+
+def write_perf_analyzer(points: list[Point], results: dict[str, dict], exporting: tuple[str, str], path: Path,
+                        verbose: bool = False) -> int:
+    """perf_analyzer's table of the sweep's runs written whole to ``path`` (one row per distinct run); returns how
+    many runs finished no query (and so have no row)."""
+    from dvasim.reporting.perf_analyzer import perf_analyzer_table, write_perf_analyzer_csv
+
+    mode, key = exporting
+    rows: dict[str, tuple[Any, Any]] = {}
+    for p in points:
+        rows.setdefault(p.key, (p.values[key], results[p.key].get("perf_analyzer")))
+    table = perf_analyzer_table(rows.values(), mode, verbose=verbose)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(path, e) from None
+    write_perf_analyzer_csv(table, path)
+    return int(table.attrs["left_out"])
 
 
 def _write_results(points: list[Point], results: dict[str, dict], out: Path, spec: dict[str, Any],
@@ -549,14 +647,14 @@ def _write_results(points: list[Point], results: dict[str, dict], out: Path, spe
 
 
 def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: int | None, client: Any,
-             capacity: dict | None = None, stack: str | None = None) -> None:
+             capacity: dict | None = None, stack: str | None = None, perf: bool = False) -> None:
     if not todo:
         return
     if client is not None:
         from distributed import as_completed
 
-        futures = {client.submit(run_point, p.config, capacity, stack, key=f"dvasim-run-{p.key}", pure=False): p
-                   for p in todo}
+        futures = {client.submit(run_point, p.config, capacity, stack, perf, key=f"dvasim-run-{p.key}",
+                                 pure=False): p for p in todo}
         try:
             for fut in as_completed(futures):
                 done(futures[fut], fut.result())
@@ -568,13 +666,13 @@ def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: in
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(todo) == 1:
         for p in todo:
-            done(p, run_point(p.config, capacity, stack))
+            done(p, run_point(p.config, capacity, stack, perf))
         return
     from concurrent.futures import as_completed as cf_completed
 
     pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)))
     try:
-        futures = {pool.submit(run_point, p.config, capacity, stack): p for p in todo}
+        futures = {pool.submit(run_point, p.config, capacity, stack, perf): p for p in todo}
         for fut in cf_completed(futures):
             done(futures[fut], fut.result())
     except BaseException:
@@ -626,7 +724,7 @@ def results_table(points: list[Point], results: dict[str, dict]) -> pd.DataFrame
         row["label"] = ", ".join(label(p.values[k], varying[k]) for k in keys
                                  if k in p.values and k not in ("workload.seed", "workload.rate_qps"))
         row["run"] = p.key
-        row.update({k: v for k, v in results[p.key].items() if k not in row})
+        row.update({k: v for k, v in results[p.key].items() if k not in row and k != "perf_analyzer"})
         rows.append(row)
     return pd.DataFrame(rows)
 
