@@ -2,7 +2,13 @@
 (:func:`dvasim.studies.capacity.capacity`), each probe printed as it is decided, the result in DIR/capacity.json
 (written when complete). Every setting is checked, with the config, before the first probe runs; the limits
 (resolution >= 1e-4, at most 20 million queries a probe, rates up to 1e9 qps) are those of
-:data:`dvasim.studies.capacity.OPTIONS`."""
+:data:`dvasim.studies.capacity.OPTIONS`.
+
+``--seeds K`` (1..100) runs K independent searches: the capacity printed and in ``capacity_qps`` is their mean,
+with its 95% t interval (``capacity_interval``) and each search's (``capacity_by_seed``). ``--policies A,B,C``
+finds the capacity under each policy and prints each against the first: ``B ahead by 6.1% [3.2, 9.0]`` or ``tie``
+(within the intervals or the search's resolution; :func:`dvasim.reporting.intervals.tie`); capacity.json then
+holds ``by_policy`` (each policy's result) and ``comparisons``."""
 
 from __future__ import annotations
 
@@ -31,39 +37,86 @@ def add_parser(sub) -> None:
                                                           "table's throughput bound)")
     p.add_argument("--max-queries", type=int, default=64_000,
                    help="most queries in one probe (64,000; at most 20,000,000)")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="independent searches (1..100; default 1): the capacity is their mean, with its 95%% t "
+                        "interval")
+    p.add_argument("--policies", default=None, metavar="A,B,...",
+                   help="the capacity under each of these policies (each with its defaults, the config's own with "
+                        "its [policy]), each compared with the first: the difference or a tie")
     add_stack_arguments(p, every=True)
     p.set_defaults(func=cmd_capacity)
 
 
 def show_probe(p: dict) -> None:
-    """One decided probe, as ``dvasim capacity`` prints it while it searches."""
-    print(f"  {p['rate_qps']:10.2f} qps  n={p['n_queries']:<6} slow {p['slow_fraction']:.4f}  "
+    """One decided probe, as ``dvasim capacity`` prints it while it searches (with its policy and its search's
+    seed when there are several)."""
+    who = (f"{p['policy']} " if "policy" in p else "") + (f"seed {p['search_seed']} " if "search_seed" in p else "")
+    print(f"  {who}{p['rate_qps']:10.2f} qps  n={p['n_queries']:<6} slow {p['slow_fraction']:.4f}  "
           f"{'within' if p['within_slo'] else 'over  '} ({p['decided_by']})", flush=True)
 
 
 def cmd_capacity(args) -> int:
-    import json
-
-    from dvasim.studies.capacity import capacity
+    from dvasim.studies.capacity import capacity, compare_policies
 
     check_stack(args.stack)
     check_out_dir(args.out)
-    res = capacity(args.config, args.slo_ms, percentile=args.percentile, overrides=args.set,
-                   confidence=args.confidence, resolution=args.resolution, lo=args.lo, hi=args.hi,
-                   max_queries=args.max_queries, progress=show_probe, stack=args.stack, engine=args.engine)
-    out = Path(args.out)
+    kw = dict(percentile=args.percentile, overrides=args.set, confidence=args.confidence, resolution=args.resolution,
+              lo=args.lo, hi=args.hi, max_queries=args.max_queries, progress=show_probe, stack=args.stack,
+              engine=args.engine, seeds=args.seeds)
+    if args.policies is not None:
+        names = [x.strip() for x in args.policies.split(",") if x.strip()]
+        res = compare_policies(args.config, args.slo_ms, names, **kw)
+        _write(res, Path(args.out))
+        _print_policies(res, args)
+        return 0
+    res = capacity(args.config, args.slo_ms, **kw)
+    _write(res, Path(args.out))
+    print(f"dvasim capacity {args.config} [stack: {res.get('stack')}]: {_capacity_text(res)} with "
+          f"p{args.percentile:g} <= "
+          f"{args.slo_ms:g} ms (resolution {res['resolution'] if res['resolution'] is not None else float('nan'):.1%}"
+          f", {res['n_probes']} probes); {Path(args.out)}/capacity.json")
+    if res["note"]:  # a bracket top never exceeded, the SLO missed at the bottom, the bisections' cap reached
+        print(f"dvasim: warning: {res['note']}", file=sys.stderr)
+    return 0
+
+
+def _capacity_text(res: dict) -> str:
+    """``412.30 qps`` for one search; ``412.3 [405.1, 419.6] qps (mean of 5 seeds, 95% t interval; per seed:
+    ...)`` for several."""
+    if len(res["capacity_by_seed"]) == 1:
+        return f"{res['capacity_qps']:.2f} qps"
+    from dvasim.reporting.intervals import Interval
+
+    iv = Interval(**res["capacity_interval"])
+    per = ", ".join(f"{c:.2f}" for c in res["capacity_by_seed"])
+    return f"{iv} qps (mean of {iv.n} seeds, {iv.confidence:.0%} t interval; per seed: {per})"
+
+
+def _write(res: dict, out: Path) -> None:
+    """``capacity.json`` in ``out``, written whole (atomically: never a torn file)."""
+    import json
+
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise output_error(out, e) from None
-    write_text(out / "capacity.json", json.dumps(strict_json(res), indent=2, allow_nan=False) + "\n")  # atomically: never a torn file
-    print(f"dvasim capacity {args.config} [stack: {res.get('stack')}]: {res['capacity_qps']:.2f} qps with "
-          f"p{args.percentile:g} <= "
-          f"{args.slo_ms:g} ms (resolution {res['resolution'] if res['resolution'] is not None else float('nan'):.1%}"
-          f", {res['n_probes']} probes); {out}/capacity.json")
-    if res["note"]:  # a bracket top never exceeded, the SLO missed at the bottom, the bisections' cap reached
-        print(f"dvasim: warning: {res['note']}", file=sys.stderr)
-    return 0
+    write_text(out / "capacity.json", json.dumps(strict_json(res), indent=2, allow_nan=False) + "\n")
+
+
+def _print_policies(res: dict, args) -> None:
+    """Each policy's capacity (with its interval over seeds) and each against the first."""
+    first = res["policies"][0]
+    stack = res["by_policy"][first].get("stack")
+    print(f"dvasim capacity {args.config} [stack: {stack}]: p{args.percentile:g} <= {args.slo_ms:g} ms, "
+          f"{args.seeds} seed{'s' if args.seeds > 1 else ''} per policy; {Path(args.out)}/capacity.json")
+    width = max(len(n) for n in res["policies"])
+    for name in res["policies"]:
+        print(f"  {name:<{width}}  {_capacity_text(res['by_policy'][name])}")
+    for c in res["comparisons"]:
+        print(f"  {c['policy']} vs {c['against']}: {c['label']}")
+    for name in res["policies"]:
+        if res["by_policy"][name]["note"]:
+            print(f"dvasim: warning: {name}: {res['by_policy'][name]['note']}", file=sys.stderr)
 
 
 def strict_json(o):

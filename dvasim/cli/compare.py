@@ -8,7 +8,9 @@ report; each table is written under a temporary name and renamed when complete. 
 ``dvasim compare: error: <flag>: <what is allowed>``, and exits with status 2 before any run: ``--queries``
 100..20,000,000 (a run's limit, :data:`dvasim.workload.arrivals.MAX_QUERIES`), ``--workers`` 1..256 (never more
 processes than runs), ``--seed`` 0..2**63-1, ``--slo-ms`` a finite number > 0, ``--device`` a table's device,
-``--out`` a folder that can be made (not empty)."""
+``--out`` a folder that can be made (not empty), ``--seeds`` 1..100 (with ``--seed + --seeds - 1`` at most
+2**63-1). With ``--seeds K > 1`` compare.csv holds the means over the seeds with their intervals and
+compare_seeds.csv every seed's run (:mod:`dvasim.studies.compare`)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from dvasim.studies import evaluation as study
 from dvasim.studies.compare import print_attribution, print_report, print_variants, stack_title, with_stacks
 
 MAX_WORKERS = 256  # --workers (and never more processes than runs)
+MAX_SEEDS = 100  # --seeds
 
 
 def compare_parser() -> OneLineParser:
@@ -36,6 +39,9 @@ def compare_parser() -> OneLineParser:
     ap.add_argument("--workers", type=int, default=2,
                     help=f"processes (1..{MAX_WORKERS}; never more than the runs that can go at once)")
     ap.add_argument("--seed", type=int, default=1, help="seed of every run's arrivals (0..2**63-1)")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help=f"repeat every run with seeds SEED..SEED+K-1 (1..{MAX_SEEDS}; default 1): means with 95%% "
+                         "intervals, and ties where a difference is within them")
     ap.add_argument("--peak", choices=("stepping", "capacity"), default="stepping",
                     help="how peaks are found: the paper's stepping load and bisection (default) or dvasim "
                          "capacity's confident bisection on Poisson loads")
@@ -85,6 +91,11 @@ def number_problem(args) -> str | None:
         return f"--slo-ms: must be a finite number > 0 (ms), got {args.slo_ms}"
     if not 0 <= args.seed <= MAX_SEED:
         return f"--seed: must be an integer in 0..2**63-1, got {args.seed}"
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        return f"--seeds: must be an integer in 1..{MAX_SEEDS}, got {args.seeds}"
+    if args.seed + args.seeds - 1 > MAX_SEED:
+        return (f"--seeds: {args.seeds} seeds from --seed {args.seed} go beyond 2**63-1; give --seed at most "
+                f"{MAX_SEED - args.seeds + 1}")
     if args.device not in DEVICES:
         return f"--device: must be one of {', '.join(DEVICES)}, got {args.device!r}"
     if not args.out.strip():
@@ -123,7 +134,8 @@ def cli_compare(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results, calib = study.compare(models, n_queries=1000 if args.quick else args.queries, seed=args.seed,
                                    workers=args.workers, device=args.device, refine=2 if args.quick else 4,
-                                   policies=labels, qos_ms=args.slo_ms, peak=args.peak, **served)
+                                   policies=labels, qos_ms=args.slo_ms, peak=args.peak, seeds=args.seeds, **served)
+    by_seed = results.attrs.get("by_seed")
     warn_peaks_at_the_top(calib, args)
     results, calib = with_stacks(results, calib, args.device, **served)
     try:  # made only now: a study that fails leaves no folder behind
@@ -133,7 +145,12 @@ def cli_compare(argv: list[str] | None = None) -> int:
 
         raise output_error(out, e) from None
     report(results, calib, out, args)
-    print(f"\n{len(results)} runs in {time.perf_counter() - t0:.0f} s; results in {out}/")
+    if by_seed:  # --seeds K > 1: every seed's run, as compare.csv's rows were for one seed
+        import pandas as pd
+
+        with atomic_path(out / "compare_seeds.csv") as tmp:
+            pd.DataFrame(by_seed).to_csv(tmp, index=False)
+    print(f"\n{len(results) * args.seeds} runs in {time.perf_counter() - t0:.0f} s; results in {out}/")
     return 0
 
 

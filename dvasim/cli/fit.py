@@ -3,7 +3,11 @@
 folder simulated with the fitted engine and compared with its own queries. Bad input prints one line and exits
 with status 2; everything is checked before the engine file is written (``--out``, ``--table``, every replay folder
 and, with ``--table``, every folder's simulation), and the file is written under a temporary name and renamed when
-complete, so an error leaves nothing behind."""
+complete, so an error leaves nothing behind.
+
+Every fitted value is printed with its 95% interval (``--bootstrap N`` resamples of the executions, 200 by
+default, 0 for none; :func:`dvasim.fitting.fit.fit_intervals` says how each is made); the engine file keeps the
+point values only, and ``--json FILE`` writes the whole fit, intervals included."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from dvasim.cli.common import error_line
 from dvasim.errors import ConfigError, DvasimError, OneLineParser
 
 MAX_HOST_CORES = 1024  # --host-cores: the launching cores of a replay's host
+N_BOOT = 200  # --bootstrap: resamples of the executions for the intervals (about 3 s on two replays of 500 queries)
+MAX_BOOT = 100_000
 
 
 def fit_parser() -> OneLineParser:
@@ -30,6 +36,11 @@ def fit_parser() -> OneLineParser:
                         "'# slicing:' line when it has them, else the replays' [model] resolved today)")
     p.add_argument("--fit-cores", action="store_true",
                    help="fit host.cores from launches that overlapped others (needs DVABatch or multi-instance replays)")
+    p.add_argument("--bootstrap", type=int, default=N_BOOT, metavar="N",
+                   help=f"resamples of the executions for each fitted value's 95%% interval (0..{MAX_BOOT}; default "
+                        f"{N_BOOT}; 0: no intervals); printed, and in --json, never in the engine file")
+    p.add_argument("--json", default=None, metavar="FILE.json",
+                   help="also write the whole fit as JSON: the engine, the evidence and every value's interval")
     p.add_argument("--table", default=None,
                    help="the stage table the replays' policy decided with: then every folder is simulated with the "
                         "fitted engine and compared with its own queries (printed, and kept in the file's [fit])")
@@ -119,6 +130,7 @@ def fit_command(args) -> tuple[dict, list[dict] | None, object]:
     from dvasim.fitting.logs import read_replay
 
     out = check_engine_path(args.out)
+    json_out = _json_path(args)
     cores = host_cores(args)
     table_path, table = table_of(args) or (None, None)
     ops, ops_src = operators_of(args, table)
@@ -129,9 +141,63 @@ def fit_command(args) -> tuple[dict, list[dict] | None, object]:
                                      "table their policy decided with")
     res = fit(runs, launch_table=args.launch_table, modules=args.modules, host_cores=cores,
               gpu_table=args.gpu_table, fit_cores_from_overlap=args.fit_cores, operators=ops,
-              operators_source=ops_src)
+              operators_source=ops_src, n_boot=args.bootstrap)
     checks = self_checked(res, runs, table_path) if table is not None else None
-    return res, checks, write_engine(res, out)
+    if json_out is None:
+        return res, checks, write_engine(res, out)
+    return res, checks, _write_both(res, out, json_out)
+
+
+def _write_both(res: dict, out, json_out):
+    """The engine file and ``--json`` together: both renamed into place only when both are written whole."""
+    import json
+
+    from dvasim.fitting.fit import check_finite, engine_toml
+    from dvasim.outputs import output_error, write_whole
+
+    check_finite(res)
+    engine_text = engine_toml(res)
+    json_text = json.dumps(_strict(res), indent=2, allow_nan=False) + "\n"
+    for folder in {out.parent, json_out.parent}:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise output_error(folder, e) from None
+    write_whole({out: lambda t: t.write_text(engine_text, encoding="utf-8"),
+                 json_out: lambda t: t.write_text(json_text, encoding="utf-8")})
+    return out
+
+
+def _json_path(args):
+    """``--json`` checked before any work (a file whose folder can be made), and ``--bootstrap``'s range."""
+    from pathlib import Path
+
+    from dvasim.errors import check_out_dir
+
+    if not 0 <= args.bootstrap <= MAX_BOOT:
+        raise ConfigError("--bootstrap", f"must be an integer in 0..{MAX_BOOT:,}, got {args.bootstrap}")
+    if args.json is None:
+        return None
+    p = Path(args.json)
+    if not str(args.json).strip() or p.is_dir() or (p.exists() and not p.is_file()):
+        raise ConfigError("--json", f"{args.json!r} is not a regular file's name; give e.g. fit.json")
+    if p.resolve() == Path(args.out).resolve():
+        raise ConfigError("--json", f"{args.json!r} is --out's engine file; give another name, e.g. fit.json")
+    check_out_dir(p.parent, "--json")
+    return p
+
+
+def _strict(o):
+    """``o`` with every NaN or infinite float made ``null`` (strict JSON)."""
+    import math
+
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {str(k): _strict(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_strict(v) for v in o]
+    return o
 
 
 def cli_fit(argv=None) -> int:
@@ -168,4 +234,37 @@ def print_fit(res: dict, out, checks: list[dict] | None) -> None:
     for c in checks or []:
         print(f"  {c['folder']}: simulated vs real throughput {c['err_throughput_qps']:+.1%}, mean "
               f"{c['err_mean_latency_ms']:+.1%}, p99 {c['err_p99_latency_ms']:+.1%}")
+    if "intervals" in res:
+        print_intervals(res["intervals"])
+
+
+def print_intervals(iv: dict) -> None:
+    """Every fitted value with its interval, one a line (``engine.host.launch_per_op_ms  0.06323 [0.0334,
+    0.06930]``), the method after each that is not the bootstrap."""
+    from dvasim.fitting.fit import BOOT_METHOD
+    from dvasim.reporting.intervals import Interval
+
+    about = iv["about"]
+    print(f"  intervals ({about['confidence']:.0%}; {BOOT_METHOD}, {about['n_boot']} resamples seeded "
+          f"{about['seed']}, unless said):")
+    rows = []
+
+    def walk(d, path):
+        for k, v in d.items():
+            if k == "about":
+                continue
+            if isinstance(v, list):
+                rows.extend((f"{path}{k}[{i}]", x) for i, x in enumerate(v))
+            elif "method" in v:
+                rows.append((f"{path}{k}", v))
+            else:
+                walk(v, f"{path}{k}.")
+
+    walk(iv, "")
+    width = max((len(name) for name, _ in rows), default=0)
+    for name, v in rows:
+        x = Interval(**v)
+        how = "" if x.method == BOOT_METHOD else f"  ({x.method})"
+        print(f"    {name:<{width}}  {x}{how}")
+    print(f"    not given: {about['not_given']}")
 

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -352,11 +353,13 @@ def _model_of(runs: list[dict]) -> str | None:
 def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, host_cores: int = 16,
         python_ms: float = 0.0, alone_below: float = 0.05, gpu_table: str | None = None,
         fit_cores_from_overlap: bool = False, operators: list[int] | None = None,
-        operators_source: str | None = None) -> dict[str, Any]:
+        operators_source: str | None = None, n_boot: int = 0, boot_seed: int = 0) -> dict[str, Any]:
     """Fit the engine to the replay folders ``dirs`` (one model). Returns ``{"engine": {...}, "fit": {...}}``:
     the ``[engine]`` section (with ``[engine.host]``, and ``[engine.transfer]`` for the first stage's input copy)
     and the evidence. ``operators``: the operators in each replayed stage (default: from the replays' ``[model]``,
-    :func:`replay_operators`), ``operators_source`` where they come from (kept in ``[fit]``)."""
+    :func:`replay_operators`), ``operators_source`` where they come from (kept in ``[fit]``). ``n_boot > 0``: also
+    ``"intervals"``, each fitted value's 95% interval (:func:`fit_intervals`, ``n_boot`` resamples seeded by
+    ``boot_seed``); the values themselves do not depend on it."""
     from dvasim.server.host import LaunchTable
 
     runs = [r if isinstance(r, dict) else read_replay(r) for r in dirs]
@@ -404,7 +407,11 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     if gpu_table is not None:
         evidence["gpu_table_note"] = "host.gpu_table is per stage: this engine file fits only its stage count"
     engine["host"] = host
-    return {"engine": engine, "fit": evidence}
+    res = {"engine": engine, "fit": evidence}
+    if n_boot > 0:
+        res["intervals"] = fit_intervals(res, ex, e, Setting(alone_below, n, table, kind, ops, model, launch),
+                                         n_boot=n_boot, seed=boot_seed)
+    return res
 
 
 def _module_kind(runs: list[dict], modules: str | None) -> str:
@@ -530,17 +537,8 @@ def _jitter_and_stalls(alone: pd.DataFrame, launch) -> tuple[float, float, list[
     """From the executions that ran alone against their modelled time (launch or GPU, the longer): ``service_cv``
     (real / modelled relative to its (stage, batch) median, :func:`robust_cv`), the stalls (:func:`stalls`) and
     their bursts ``(p_far, p_near)`` where stalls cluster (:func:`stall_clustering`), else ``None``."""
-    lens = alone["seq_len"] if "seq_len" in alone else pd.Series([math.nan] * len(alone), index=alone.index)
-    mod = np.array([max(launch(int(s), int(b), None if _nan(L) else int(L)), g) for s, b, L, g in
-                    zip(alone["stage"], alone["batch_size"], lens, alone["table_ms"])])
-    rel = alone["host_ms"].to_numpy() / np.maximum(mod, 1e-9)
-    grp = alone["stage"].to_numpy() * 10_000 + alone["batch_size"].to_numpy()
-    rr = []
-    for g in np.unique(grp):
-        v = rel[grp == g]
-        if len(v) >= 5:
-            rr.extend(v / np.median(v))
-    cv = robust_cv(rr)
+    mod = _modelled(alone, launch)
+    cv = _service_cv(alone, mod)
     excess = alone["host_ms"].to_numpy() - mod
     stall_prob, stall_q = stalls(excess)
     cluster = None
@@ -550,6 +548,31 @@ def _jitter_and_stalls(alone: pd.DataFrame, launch) -> tuple[float, float, list[
         if n_near >= 20 and p_near > p_far:
             cluster = (p_far, p_near)
     return cv, stall_prob, stall_q, cluster
+
+
+def _modelled(alone: pd.DataFrame, launch) -> np.ndarray:
+    """Each execution's modelled time: its launch or its GPU time, the longer."""
+    lens = alone["seq_len"] if "seq_len" in alone else pd.Series([math.nan] * len(alone), index=alone.index)
+    return np.array([max(launch(int(s), int(b), None if _nan(L) else int(L)), g) for s, b, L, g in
+                     zip(alone["stage"], alone["batch_size"], lens, alone["table_ms"])])
+
+
+def _service_cv(alone: pd.DataFrame, mod: np.ndarray) -> float:
+    """``service_cv``: :func:`robust_cv` of real / modelled time, each relative to its (stage, batch) median."""
+    return robust_cv(_centred_ratios(alone, mod))
+
+
+def _centred_ratios(alone: pd.DataFrame, mod: np.ndarray) -> list[float]:
+    """Real / modelled time of every execution relative to the median of its (stage, batch) group (groups of at
+    least 5)."""
+    rel = alone["host_ms"].to_numpy() / np.maximum(mod, 1e-9)
+    grp = alone["stage"].to_numpy() * 10_000 + alone["batch_size"].to_numpy()
+    rr = []
+    for g in np.unique(grp):
+        v = rel[grp == g]
+        if len(v) >= 5:
+            rr.extend(v / np.median(v))
+    return rr
 
 
 def _overlapped_launch_cores(ex: list[pd.DataFrame], e: pd.DataFrame, launch, host: dict[str, Any],
@@ -562,6 +585,17 @@ def _overlapped_launch_cores(ex: list[pd.DataFrame], e: pd.DataFrame, launch, ho
                                          "(or several instances) to fit the launching cores")
     if not fit_cores_from_overlap:
         return None
+    pieces, work = overlapped_launches(ex, launch)
+    if len(work) < 50:
+        return None
+    c, err = fit_cores(pieces, work)
+    host["cores"] = round(c, 1)
+    return {"n_overlapped_launches": len(work), "cores": round(c, 1), "median_abs_rel_error": round(err, 4)}
+
+
+def overlapped_launches(ex: list[pd.DataFrame], launch) -> tuple[list[list[tuple[float, int]]], list[float]]:
+    """The host-bound launches that overlapped others: each one's pieces (:func:`segments`) and its modelled work
+    (``launch``), as :func:`fit_cores` takes them."""
     pieces, work = [], []
     for run_e in ex:
         run_e = run_e.assign(copy_ms=run_e["copy_ms"].fillna(0.0))
@@ -574,11 +608,7 @@ def _overlapped_launch_cores(ex: list[pd.DataFrame], e: pd.DataFrame, launch, ho
             if w > r.table_ms and w > 0:  # host-bound: its span is the launch's
                 pieces.append(segs[k])
                 work.append(w)
-    if len(work) < 50:
-        return None
-    c, err = fit_cores(pieces, work)
-    host["cores"] = round(c, 1)
-    return {"n_overlapped_launches": len(work), "cores": round(c, 1), "median_abs_rel_error": round(err, 4)}
+    return pieces, work
 
 
 def _engine_delays(q: pd.DataFrame, e: pd.DataFrame, cv: float) -> dict[str, Any]:
@@ -649,6 +679,176 @@ def _nan(x) -> bool:
         return True
 
 
+# ----------------------------------------------------------------------------- intervals (issue 24)
+BOOT_METHOD = "bootstrap over executions"
+CLUSTER_METHOD = "Clopper-Pearson (the stalls the fit flagged, inside and outside their bursts)"
+NOT_GIVEN = ("engine.admission_delay_ms and engine.host.stall_ms are distributions (the measured quantiles), not one "
+             "estimated number; host.python_ms, host.modules, host.stall_window_ms and (without --fit-cores) "
+             "host.cores are given, not fitted")
+HOST_KEYS = ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms", "first_launch_ms", "last_launch_ms",
+             "launch_scale", "copy_ms", "copy_per_row_ms", "first_copy_ms", "first_copy_per_row_ms", "stall_prob",
+             "stall_cluster_prob")
+STAGE_KEYS = ("launch_ms_by_stage", "launch_per_row_ms_by_stage", "copy_ms_by_stage", "copy_per_row_ms_by_stage")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a fit was made with, for its resamples (:func:`fit_intervals`): the overlap below which an execution
+    ran alone, the stages, the launch table (or ``None``) and module kind, the stages' operators, the model and
+    the point fit's launch cost (the launching cores' resamples keep it)."""
+
+    alone_below: float
+    n: int
+    table: Any
+    kind: str
+    ops: list[int] | None
+    model: str | None
+    launch: Any
+
+
+def fit_intervals(res: dict[str, Any], ex: list[pd.DataFrame], e: pd.DataFrame, setting: Setting, *,
+                  n_boot: int = 200, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+    """A ``confidence`` interval for every value the fit estimated, shaped as ``res`` (``intervals["engine"]["host"]
+    ["launch_per_op_ms"]`` next to ``res["engine"]["host"]["launch_per_op_ms"]``), each an
+    :meth:`~dvasim.reporting.intervals.Interval.as_dict` with its ``method``:
+
+    * ``"bootstrap over executions"``: the executions resampled with replacement ``n_boot`` times within each
+      (replay folder, stage), seeded by ``seed``, and the fit's estimates (per-stage launch and copy lines, the
+      launch and copy laws, ``launch_scale``, ``service_cv``, ``stall_prob``, ``launch_overhead_ms``) made again
+      from each resample (whether one ran alone is a property of the real timeline, kept); the percentile
+      interval. The launching ``cores`` (``--fit-cores``): the overlapped launches resampled, the launch costs
+      kept at the point fit's;
+    * ``"Clopper-Pearson ..."`` for ``stall_prob`` and ``stall_cluster_prob`` when stalls come in bursts (their
+      time order is what the bursts are: resampling executions would break it): the exact binomial interval of
+      the stalls the fit flagged outside and inside bursts.
+
+    ``service_cv``'s resamples are of the executions' ratios to their (stage, batch) median as the fit made them
+    (:func:`~dvasim.reporting.intervals.bootstrap`): a resample's duplicates would sit exactly on a re-centred
+    group's median and shrink every resampled spread (its interval then missed the truth 70% of the time on
+    synthetic replays; resampling the ratios covers it 95%).
+
+    ``intervals["about"]`` says how, and what has no interval (:data:`NOT_GIVEN`)."""
+    from dvasim.reporting.intervals import bootstrap, from_replicates
+
+    point = _flat(res)
+    groups = list(e.groupby(["run", "stage"], sort=True).indices.values())
+    rng = np.random.default_rng(seed)
+    reps = []
+    for _ in range(int(n_boot)):
+        idx = np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups])
+        reps.append(_estimates(e.iloc[idx], setting))
+    flat = {k: from_replicates(v, [r.get(k, math.nan) for r in reps], confidence, n=len(e), method=BOOT_METHOD)
+            for k, v in point.items() if k != "engine.host.cores"}
+    alone = e[e["overlap"] < setting.alone_below]
+    rr = np.asarray(_centred_ratios(alone, _modelled(alone, setting.launch)))
+    if len(rr):  # the jitter: its executions' ratios resampled (re-centring resamples on their duplicates would not do)
+        flat["engine.service_cv"] = bootstrap(rr, robust_cv, confidence, n_boot=int(n_boot), seed=seed,
+                                              method=BOOT_METHOD)
+    if "stall_cluster_prob" in res["engine"]["host"]:
+        flat.update(_cluster_intervals(alone, setting, confidence))
+    if "engine.host.cores" in point:
+        flat["engine.host.cores"] = _cores_interval(ex, setting, point["engine.host.cores"], rng, int(n_boot),
+                                                    confidence)
+    out = _nested({k: flat[k].as_dict() for k in point if k in flat})
+    out["about"] = {"confidence": confidence, "n_boot": int(n_boot), "seed": int(seed),
+                    "resampled": "executions, with replacement within each (replay folder, stage)",
+                    "not_given": NOT_GIVEN}
+    return out
+
+
+def _flat(res: dict[str, Any]) -> dict[str, float]:
+    """The fitted values that get an interval, by dotted path (a stage's line: ``fit.launch_ms_by_stage.0``)."""
+    eng, host, f = res["engine"], res["engine"]["host"], res["fit"]
+    out = {f"engine.{k}": float(eng[k]) for k in ("launch_overhead_ms", "service_cv")}
+    out.update({f"engine.host.{k}": float(host[k]) for k in HOST_KEYS if k in host})
+    if "cores_fit" in f:
+        out["engine.host.cores"] = float(host["cores"])
+    for k in STAGE_KEYS:
+        if k in f:
+            out.update({f"fit.{k}.{s}": float(v) for s, v in enumerate(f[k])})
+    return out
+
+
+def _nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """Dotted paths back into nested dicts; a numeric last part makes a list (in the order given)."""
+    out: dict[str, Any] = {}
+    for key, v in flat.items():
+        parts = key.split(".")
+        if parts[-1].isdigit():
+            d = out
+            for part in parts[:-2]:
+                d = d.setdefault(part, {})
+            d.setdefault(parts[-2], []).append(v)
+            continue
+        d = out
+        for part in parts[:-1]:
+            d = d.setdefault(part, {})
+        d[parts[-1]] = v
+    return out
+
+
+def _estimates(sample: pd.DataFrame, st: Setting) -> dict[str, float]:
+    """The fit's estimates from one resample of the executions, by the paths of :func:`_flat`, made as
+    :func:`fit` makes them (the same functions)."""
+    out = {"engine.launch_overhead_ms": float((sample["handoff_ms"] + sample["bookkeeping_ms"]).mean())}
+    alone = sample[sample["overlap"] < st.alone_below]
+    if len(alone) < 10:
+        return out
+    lines = _stage_lines(alone, st.n, st.table, st.kind)
+    host: dict[str, Any] = {}
+    if st.table is not None:
+        host["launch_scale"] = float(np.median(lines["ratios"])) if lines["ratios"] else 1.0
+    else:
+        law = launch_law(lines["launch_ms"], lines["launch_per_row_ms"], st.ops, used=[k > 0 for k in lines["n_bound"]])
+        host.update({k: law[k] for k in HOST_KEYS if k in law})
+        for k in ("launch_ms", "launch_per_row_ms"):
+            out.update({f"fit.{k}_by_stage.{s}": float(v) for s, v in enumerate(lines[k])})
+    copies = copy_law(lines["copy_ms"], lines["copy_per_row_ms"], st.model)
+    host.update({k: copies[k] for k in ("copy_ms", "copy_per_row_ms", "first_copy_ms", "first_copy_per_row_ms")})
+    for k in ("copy_ms", "copy_per_row_ms"):
+        out.update({f"fit.{k}_by_stage.{s}": float(v) for s, v in enumerate(lines[k])})
+    mod = _modelled(alone, _stage_launch_cost(st.table, st.kind, host, lines))
+    out["engine.service_cv"] = _service_cv(alone, mod)
+    host["stall_prob"] = stalls(alone["host_ms"].to_numpy() - mod)[0]
+    out.update({f"engine.host.{k}": float(v) for k, v in host.items()})
+    return out
+
+
+def _cluster_intervals(alone: pd.DataFrame, st: Setting, confidence: float) -> dict[str, Any]:
+    """Clopper-Pearson intervals of the stall probabilities outside (``stall_prob``) and inside
+    (``stall_cluster_prob``) bursts, from the stalls the point fit flagged."""
+    from dvasim.reporting.intervals import Interval, binomial
+
+    excess = alone["host_ms"].to_numpy() - _modelled(alone, st.launch)
+    flagged = excess > stall_threshold(excess)
+    p_near, p_far, n_near = stall_clustering(alone["begin_ms"], flagged, alone["run"])
+    n_far = len(alone) - n_near
+    out = {}
+    for key, p, n in (("engine.host.stall_prob", p_far, n_far), ("engine.host.stall_cluster_prob", p_near, n_near)):
+        iv = binomial(round(p * n), n, confidence)
+        out[key] = Interval(iv.point, iv.lo, iv.hi, iv.n, confidence, CLUSTER_METHOD)
+    return out
+
+
+def _cores_interval(ex: list[pd.DataFrame], st: Setting, point: float, rng, n_boot: int, confidence: float):
+    """The launching cores' bootstrap interval: the overlapped launches resampled, :func:`fit_cores`' rule (the
+    first core count on its grid where the median of done / work reaches 1) applied to each resample."""
+    from dvasim.reporting.intervals import from_replicates
+
+    pieces, work = overlapped_launches(ex, st.launch)
+    grid = np.arange(1.0, 16.01, 0.1)
+    done = np.empty((len(grid), len(pieces)))
+    for i, p in enumerate(pieces):  # done / work of launch i at every core count of the grid
+        dt = np.array([x for x, _ in p], float)
+        k = np.array([y for _, y in p], float)
+        done[:, i] = np.minimum(1.0, grid[:, None] / k[None, :]) @ dt / work[i] if len(p) else 0.0
+    reps = []
+    for _ in range(n_boot):
+        med = np.median(done[:, rng.integers(0, len(work), len(work))], axis=1)
+        reps.append(round(float(grid[int(np.argmax(med >= 1.0))] if (med >= 1.0).any() else grid[-1]), 1))
+    return from_replicates(point, reps, confidence, n=len(work), method=BOOT_METHOD)
+
+
 # ----------------------------------------------------------------------------- writing the engine file
 def _toml_value(v) -> str:
     if isinstance(v, bool):
@@ -705,6 +905,8 @@ def check_engine_path(path) -> Path:
         raise ConfigError("--out", "is empty; give a file name such as engine.toml")
     if p.is_dir():
         raise ConfigError("--out", f"{p} is a folder; give a file name such as engine.toml")
+    if p.exists() and not p.is_file():  # a device or a pipe (/dev/null) must not be replaced by a file
+        raise ConfigError("--out", f"{p} exists and is not a regular file; give a file name such as engine.toml")
     check_out_dir(p.parent, "--out")
     return p
 

@@ -24,6 +24,18 @@ bracket, the resolution reached, ``top_exceeded``, the serving ``stack`` the pro
 ``stack`` (a stack's name, :mod:`dvasim.server`) and ``engine`` (an engine file from ``dvasim fit``) apply to every
 probe, as ``dvasim run --stack / --engine`` does; the engine file is merged before ``overrides``.
 
+**Seeds** (``seeds = K``, ``dvasim capacity --seeds K``, 1..:data:`MAX_SEEDS`): ``K`` independent searches, the
+``i``-th from workload seed ``seed + i * a`` (``a`` the seeds one probe may take while it doubles its queries:
+:func:`search_seeds`; searches that shared a seed would replay the same arrivals and not be independent). The
+result's ``capacity_qps`` is their mean, ``capacity_interval`` its Student-t interval at 95%
+(:func:`dvasim.reporting.intervals.over_seeds`; a capacity found by search is one number per search, so seeds are
+the sound way to its noise, not a bootstrap over queries), ``capacity_by_seed`` each search's, ``searches`` each
+search's bracket and note, and every probe says its search's ``search_seed``. One search (the default) is exactly
+the search as it always was, with ``seeds``, ``capacity_by_seed`` and a ``"single run"`` interval added.
+:func:`compare_policies` finds the capacity under several policies and words each against the first: the
+difference with its interval, or a tie when the difference is within the intervals or the searches' resolution
+(:func:`dvasim.reporting.intervals.tie`).
+
 **Limits**, all checked (with the config itself, built as a probe would build it) before the first probe runs, each
 bad setting a one-line :class:`~dvasim.errors.ConfigError` naming its flag: the search's settings are declared once
 in :data:`OPTIONS` (a sweep's ``[capacity]`` takes five of them); the resolution is at least
@@ -45,6 +57,7 @@ from scipy.stats import beta
 
 from dvasim import config as cfgmod
 from dvasim.errors import ConfigError, IncompleteRunWarning
+from dvasim.reporting.intervals import Interval, compare_label, over_seeds, relative_difference, tie
 from dvasim.schema import Key, Section
 from dvasim.workload.arrivals import MAX_QUERIES
 
@@ -53,6 +66,8 @@ MIN_RESOLUTION = 1e-4  # finer than this the probes' own noise decides, not the 
 MAX_BISECTIONS = 64  # from MAX_RATE_QPS * 2**MAX_DOUBLINGS down to 1e-4 takes under 30
 MAX_DOUBLINGS = 30
 MAX_RATE_QPS = 1e9
+MAX_SEEDS = 100  # independent searches of one capacity (--seeds)
+INTERVAL_CONFIDENCE = 0.95  # of the interval over seeds (each probe's verdict has its own ``confidence``)
 
 OPTIONS = Section("capacity", "the capacity search's settings (dvasim capacity's flags; a sweep's [capacity])", (
     Key("slo_ms", "number", "the latency objective (ms); required", minimum=0, strict=True),
@@ -69,6 +84,8 @@ OPTIONS = Section("capacity", "the capacity search's settings (dvasim capacity's
     Key("max_doublings", "int", "most doublings of the bracket's top", default=8, minimum=0, maximum=MAX_DOUBLINGS),
     Key("lo", "number", "bottom of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
     Key("hi", "number", "top of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
+    Key("seeds", "int", "independent searches (workload seeds apart); the capacity their mean, with its t interval",
+        default=1, minimum=1, maximum=MAX_SEEDS),
 ))
 
 
@@ -96,14 +113,27 @@ def throughput_bound_qps(profile, instances: int = 1) -> float:
 def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[str] | None = None,
              confidence: float = 0.95, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
              min_queries: int | None = None, max_queries: int = 64_000, max_doublings: int = 8,
-             progress=None, stack: str | None = None, engine=None) -> dict[str, Any]:
+             progress=None, stack: str | None = None, engine=None, seeds: int = 1) -> dict[str, Any]:
     """The capacity of ``config`` under the SLO (see the module docstring). ``progress``: a callable given each
-    probe as it is decided. ``stack``: the serving stack by name; ``engine``: an engine file (``dvasim fit``)."""
+    probe as it is decided. ``stack``: the serving stack by name; ``engine``: an engine file (``dvasim fit``).
+    ``seeds``: independent searches (:func:`search_seeds`), their mean the capacity, with its t interval."""
+    plan = prepare(config, slo_ms, percentile=percentile, overrides=overrides, confidence=confidence,
+                   resolution=resolution, lo=lo, hi=hi, min_queries=min_queries, max_queries=max_queries,
+                   max_doublings=max_doublings, stack=stack, engine=engine, seeds=seeds)
+    return search(plan, progress)
+
+
+def prepare(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[str] | None = None,
+            confidence: float = 0.95, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
+            min_queries: int | None = None, max_queries: int = 64_000, max_doublings: int = 8,
+            stack: str | None = None, engine=None, seeds: int = 1) -> dict[str, Any]:
+    """Everything :func:`capacity` checks before its first probe, done: the settings, the config as a probe would
+    run it and the seeds of its searches; returns the plan :func:`search` runs."""
     from dvasim.api import load_profile
 
     n0 = check_options({"slo_ms": slo_ms, "percentile": percentile, "confidence": confidence,
                         "resolution": resolution, "min_queries": min_queries, "max_queries": max_queries,
-                        "max_doublings": max_doublings, "lo": lo, "hi": hi}, stack=stack)
+                        "max_doublings": max_doublings, "lo": lo, "hi": hi, "seeds": seeds}, stack=stack)
     raw = _rate_config(config, overrides, engine)
     cfg = cfgmod.resolve(raw)
     profile = load_profile(cfg["model"])
@@ -115,10 +145,127 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
         raise ConfigError("--lo", f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}"
                                   + (" (the default: twice the table's throughput bound)" if default_hi else ""))
     check_probe_config(raw, stack, lo, n0, max_queries)
-    probe = Probe(raw, slo_ms, percentile, confidence, n0, max_queries, stack=stack, progress=progress)
-    cap, bracket, top_exceeded, note = bracket_and_bisect(probe, lo, hi, max_doublings, resolution)
-    return _result(cap, bracket, slo_ms, percentile, confidence, resolution, top_exceeded, probe.probes, bound,
-                   probe.ran_on, note=note)
+    return {"raw": raw, "slo_ms": slo_ms, "percentile": percentile, "confidence": confidence,
+            "resolution": resolution, "n0": n0, "max_queries": max_queries, "max_doublings": max_doublings,
+            "lo": lo, "hi": hi, "bound": bound, "stack": stack,
+            "seeds": search_seeds(raw.get("workload", {}).get("seed", 0), int(seeds), n0, max_queries)}
+
+
+def search(plan: dict[str, Any], progress=None) -> dict[str, Any]:
+    """The searches of a plan (:func:`prepare`): one search is :func:`capacity`'s result as it always was, with
+    ``seeds``, ``capacity_by_seed`` and ``capacity_interval`` added; several are combined (:func:`_combined`)."""
+    results = []
+    many = len(plan["seeds"]) > 1
+    for s in plan["seeds"]:
+        raw = plan["raw"]
+        if many:
+            raw = copy.deepcopy(raw)
+            raw["workload"]["seed"] = s
+        probe = Probe(raw, plan["slo_ms"], plan["percentile"], plan["confidence"], plan["n0"], plan["max_queries"],
+                      stack=plan["stack"], progress=progress, tag={"search_seed": s} if many else None)
+        cap, bracket, top_exceeded, note = bracket_and_bisect(probe, plan["lo"], plan["hi"], plan["max_doublings"],
+                                                              plan["resolution"])
+        results.append(_result(cap, bracket, plan["slo_ms"], plan["percentile"], plan["confidence"],
+                               plan["resolution"], top_exceeded, probe.probes, plan["bound"], probe.ran_on,
+                               note=note))
+    if not many:
+        res = results[0]
+        res.update(seeds=list(plan["seeds"]), capacity_by_seed=[res["capacity_qps"]],
+                   capacity_interval=over_seeds([res["capacity_qps"]]).as_dict())
+        return res
+    return _combined(results, plan["seeds"])
+
+
+def search_seeds(seed0, k: int, n0: int, max_queries: int) -> list:
+    """The workload seeds of ``k`` independent searches from ``seed0``: ``seed0 + i * a`` (``i = 0 .. k-1``), ``a``
+    the seeds one probe may take (it doubles its queries from ``n0`` up to ``max_queries``, with the next seed
+    each time). Searches never share a seed: a probe with the seed of another's doubled probe would replay the
+    first half of its arrivals, and the searches would not be independent. One search keeps ``seed0`` as given."""
+    if k == 1:
+        return [seed0]
+    a, n = 1, int(n0)
+    while n * 2 <= max_queries:
+        n, a = n * 2, a + 1
+    from dvasim.workload.config import MAX_SEED
+
+    seed0 = int(seed0)
+    top = seed0 + k * a - 1
+    if top > MAX_SEED:
+        raise ConfigError("--seeds", f"{k} searches from workload.seed = {seed0} take seeds up to {top} ({a} a "
+                                     f"search), beyond 2**63 - 1; give fewer seeds or a workload.seed of at most "
+                                     f"{MAX_SEED - k * a + 1}")
+    return [seed0 + i * a for i in range(k)]
+
+
+def _combined(results: list[dict[str, Any]], seeds: list) -> dict[str, Any]:
+    """Several searches as one result: ``capacity_qps`` their mean, ``capacity_interval`` its t interval
+    (:func:`dvasim.reporting.intervals.over_seeds`), ``capacity_by_seed``, every probe (each with its search's
+    ``search_seed``), ``searches`` (each search's result without its probes) and the union of the brackets."""
+    caps = [r["capacity_qps"] for r in results]
+    iv = over_seeds(caps, INTERVAL_CONFIDENCE)
+    his = [r["bracket_qps"][1] for r in results]
+    res_reached = [r["resolution"] for r in results]
+    notes = [f"seed {s}: {r['note']}" for s, r in zip(seeds, results) if r["note"]]
+    return {"capacity_qps": iv.point, "capacity_interval": iv.as_dict(), "capacity_by_seed": caps,
+            "seeds": list(seeds), "stack": results[0]["stack"], "slo_ms": results[0]["slo_ms"],
+            "percentile": results[0]["percentile"], "confidence": results[0]["confidence"],
+            "bracket_qps": [min(r["bracket_qps"][0] for r in results), None if None in his else max(his)],
+            "resolution": None if None in res_reached else max(res_reached),
+            "resolution_asked": results[0]["resolution_asked"],
+            "top_exceeded": all(r["top_exceeded"] for r in results),
+            "throughput_bound_qps": results[0]["throughput_bound_qps"],
+            "n_probes": sum(r["n_probes"] for r in results), "probes": [p for r in results for p in r["probes"]],
+            "searches": [{"seed": s, **{k: v for k, v in r.items() if k != "probes"}} for s, r in zip(seeds, results)],
+            "note": "; ".join(notes)}
+
+
+def compare_policies(config, slo_ms: float, policies: list[str], *, overrides: list[str] | None = None,
+                     engine=None, progress=None, **kw) -> dict[str, Any]:
+    """The capacity of ``config`` under each of ``policies`` (names; the first is the reference), each as
+    :func:`capacity` finds it (``kw``: its settings, ``seeds`` included), and each other policy against the first:
+    the difference with its interval or a tie (:func:`dvasim.reporting.intervals.tie`, at the searches'
+    resolution). A policy runs with the config's ``[policy]`` when it is the config's own, else with its defaults
+    (``[policy] name = X``); ``overrides`` (``--set``) apply to every one. Every policy's config and every setting
+    is checked before the first probe; a bad policy is an error naming ``--policies``."""
+    if not policies:
+        raise ConfigError("--policies", "no policy given; e.g. --policies delaybatch,dvabatch")
+    twice = sorted({p for p in policies if policies.count(p) > 1})
+    if twice:
+        raise ConfigError("--policies", f"{twice[0]!r} is given twice")
+    base = cfgmod.load_toml(config) if not isinstance(config, dict) else copy.deepcopy(config)
+    plans = {}
+    for name in policies:
+        raw = copy.deepcopy(base)
+        if not isinstance(raw.get("policy"), dict) or raw["policy"].get("name") != name:
+            raw["policy"] = {"name": name}
+        try:
+            plans[name] = prepare(raw, slo_ms, overrides=overrides, engine=engine, **kw)
+        except ConfigError as e:
+            if not e.field.startswith("policy"):
+                raise
+            raise ConfigError("--policies", f"{name}: {e.field}: {e.message}") from None
+    by_policy = {}
+    for name, plan in plans.items():
+        by_policy[name] = search(plan, None if progress is None else (lambda p, n=name: progress({**p, "policy": n})))
+    return {"policies": list(policies), "by_policy": by_policy,
+            "comparisons": policy_comparisons(by_policy, kw.get("resolution", 0.02))}
+
+
+def policy_comparisons(by_policy: dict[str, dict[str, Any]], resolution: float) -> list[dict[str, Any]]:
+    """Each policy's capacity against the first's: the difference (percent of the first's, its interval), whether
+    it is a tie at ``resolution`` (or at the resolution a search reached, when coarser) and the phrase."""
+    names = list(by_policy)
+    ref = names[0]
+    out = []
+    for name in names[1:]:
+        a, b = (Interval(**by_policy[k]["capacity_interval"]) for k in (name, ref))
+        reached = [by_policy[k]["resolution"] for k in (name, ref) if by_policy[k]["resolution"] is not None]
+        res = max([float(resolution), *reached])
+        d = relative_difference(a, b)
+        out.append({"policy": name, "against": ref, "difference_%": d.point, "difference_interval_%": [d.lo, d.hi],
+                    "resolution": res, "tie": tie(a, b, res),
+                    "label": compare_label(a, b, (name, ref), higher_is_better=True, resolution=res)})
+    return out
 
 
 def flag(name: str) -> str:
@@ -228,8 +375,9 @@ class Probe:
     decided probe is kept in ``probes`` (and given to ``progress``); ``ran_on`` holds the stack they ran on."""
 
     def __init__(self, raw: dict[str, Any], slo_ms: float, percentile: float, confidence: float, n0: int,
-                 max_queries: int, *, stack: str | None = None, progress=None):
+                 max_queries: int, *, stack: str | None = None, progress=None, tag: dict[str, Any] | None = None):
         self.raw, self.slo_ms, self.percentile, self.confidence = raw, slo_ms, percentile, confidence
+        self.tag = dict(tag or {})  # added to every probe's record (several searches: the search's seed)
         self.n0, self.max_queries, self.stack, self.progress = n0, max_queries, stack, progress
         self.allowed = 1.0 - percentile / 100.0
         self.seed0 = int(raw.get("workload", {}).get("seed", 0))
@@ -258,7 +406,7 @@ class Probe:
             rec = {"rate_qps": float(rate), "n_queries": int(n), "slow": slow, "slow_fraction": slow / n,
                    "slow_bounds": [lower, upper], f"p{self.percentile:g}_latency_ms": float(np.percentile(
                        np.where(np.isnan(lat), np.inf, lat), self.percentile)),
-                   "served_fraction": served, "within_slo": ok, "decided_by": how}
+                   "served_fraction": served, "within_slo": ok, "decided_by": how, **self.tag}
             self.probes.append(rec)
             if self.progress is not None:
                 self.progress(rec)

@@ -7,6 +7,14 @@ ENGINE.toml`` with an engine file from ``dvasim fit``; by default each model run
 (the Titan RTX tables: ``triton-tensorrt``). The tables, ``compare.csv`` and ``calibration.csv`` have a ``stack``
 column, and the figures' titles name the stacks.
 
+With ``--seeds K`` every (model, load, policy) run is repeated over K seeds: ``compare.csv`` holds the mean over
+the seeds of every number, the mean and p99 latency with their Student-t interval (``mean_latency_ms_lo`` /
+``_hi``, ``p99_latency_ms_lo`` / ``_hi``) and ``n_seeds``; ``reductions.csv`` each reduction's interval
+(``vs_zerobatch_%_lo_mean`` ...) and whether it is a tie (``vs_zerobatch_tie_mean`` ...: the difference within the
+two intervals, :func:`dvasim.reporting.intervals.tie`), and the printed tables say ``tie`` there. A bootstrap over
+one run's queries would not be sound here (successive latencies in a queue are correlated): the intervals come
+from seeds only, and one seed (the default) prints and writes exactly what it always did.
+
 This module holds the study's stacks and printed report; its command line (the arguments, the files written) is
 :mod:`dvasim.cli.compare`."""
 
@@ -68,10 +76,13 @@ def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, 
     for metric, label in (("mean_latency_ms", "mean"), ("p99_latency_ms", "p99")):
         piv = results.pivot_table(index=["model", "load"], columns="policy", values=metric)
         piv = piv[[p for p in study.POLICIES if p in piv.columns]]
-        r = red.set_index(["model", "load"])[[f"vs_zerobatch_%_{label}", f"vs_delaybatch_%_{label}"]]
+        r = _reduction_cells(red.set_index(["model", "load"]), label)
         table = piv.join(r).reindex(sorted(piv.index, key=lambda k: (k[0], list(study.LOADS).index(k[1]))))
         table = _stack_column(table, results)
-        print(f"\n{label} latency (ms) and DVABatch's reduction (%):", file=file)
+        seeds = f" over {int(results['n_seeds'].iloc[0])} seeds" if "n_seeds" in results.columns else ""
+        how = (" (mean over the seeds; the reduction with its 95% interval, tie: within the intervals)" if seeds
+               else "")
+        print(f"\n{label} latency (ms) and DVABatch's reduction (%){seeds}{how}:", file=file)
         print(table.round(2).to_string(), file=file)
         avg = red.groupby("load")[[f"vs_zerobatch_%_{label}", f"vs_delaybatch_%_{label}"]].mean()
         avg = avg.reindex([x for x in study.LOADS if x in avg.index])
@@ -80,6 +91,28 @@ def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, 
             pz, pdl = PAPER[metric]["zerobatch"][i], PAPER[metric]["delaybatch"][i]
             print(f"  {load:>6}: vs ZeroBatch {row.iloc[0]:6.1f}% | {pz:4.1f}%   "
                   f"vs DelayBatch {row.iloc[1]:6.1f}% | {pdl:4.1f}%", file=file)
+
+
+def _reduction_cells(red: pd.DataFrame, label: str) -> pd.DataFrame:
+    """DVABatch's reductions (``label``: mean or p99) per (model, load): the numbers; over several seeds each is
+    ``38.2 [35.1, 41.3]`` (its interval) or ``tie (1.2)`` where the difference is within the intervals
+    (:func:`dvasim.reporting.intervals.tie`)."""
+    cols = [f"vs_zerobatch_%_{label}", f"vs_delaybatch_%_{label}"]
+    if f"vs_zerobatch_tie_{label}" not in red.columns:
+        return red[cols]
+    out = pd.DataFrame(index=red.index)
+    for base, col in zip(("zerobatch", "delaybatch"), cols):
+        cells = []
+        for point, lo, hi, tied in zip(red[col], red[f"vs_{base}_%_lo_{label}"], red[f"vs_{base}_%_hi_{label}"],
+                                       red[f"vs_{base}_tie_{label}"]):
+            if pd.isna(point):
+                cells.append("")
+            elif not pd.isna(tied) and bool(tied):
+                cells.append(f"tie ({point:.1f})")
+            else:
+                cells.append(f"{point:.1f} [{lo:.1f}, {hi:.1f}]")
+        out[col] = cells
+    return out
 
 
 def _stack_column(table: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:

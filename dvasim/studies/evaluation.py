@@ -339,7 +339,7 @@ def _run_job(args):
 def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, seed: int = 1, workers: int = 2,
             progress: bool = True, windows: dict[str, float] | None = None, device: str = "titanrtx",
             refine: int = 4, policies: Iterable[str] | None = None, qos_ms: float = QOS_MS,
-            peak: str = "stepping", stack: str | None = None, engine_file: str | None = None):
+            peak: str = "stepping", stack: str | None = None, engine_file: str | None = None, seeds: int = 1):
     """Tune DelayBatch, find its peak, then run every variant at low / medium / high load.
 
     ``policies``: the variant labels to run (default: all of :data:`VARIANTS`, the DVABatch study; the peer
@@ -351,12 +351,15 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
     that is the top of the stepping ladder (every level met the SLO) is only a lower bound: the calibration's
     ``attrs["peak_at_ladder_top"]`` lists them (model:policy), and ``dvasim compare`` warns. ``peak =
     "capacity"`` finds every peak (the window tuning's too) with :func:`peak_by_capacity` instead of the paper's
-    stepping load and bisection. ``stack`` / ``engine_file``: every run's serving stack (see :func:`make_config`)."""
+    stepping load and bisection. ``stack`` / ``engine_file``: every run's serving stack (see :func:`make_config`).
+    ``seeds``: every (model, load, variant) run repeated with seeds ``seed .. seed + seeds - 1`` and the rows
+    combined by :func:`over_seeds_rows` (one seed: the rows as they always were); the peaks and the tuned windows
+    are found once, so every seed runs at the same offered loads."""
     models = list(models)
     labels = list(DEFAULT_LABELS) if policies is None else list(policies)
     per_model = {m: variants_for(m, labels, device) for m in models}
     want_dva_peak = "dvabatch" in labels
-    total = sum(1 + 1 + int(want_dva_peak) + 3 * len(per_model[m]) for m in models)
+    total = sum(1 + 1 + int(want_dva_peak) + 3 * len(per_model[m]) * seeds for m in models)
     bar = progress_bar(total, enabled=progress, desc="compare", unit="step")  # drawn only on a terminal
     if peak not in ("stepping", "capacity"):
         raise ValueError(f"peak must be 'stepping' or 'capacity', got {peak!r}")
@@ -396,7 +399,7 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
         for load, frac in LOADS.items():
             rate = frac * peak_delay
             for v in per_model[model]:
-                jobs.append((model, v.label, window, load, rate, n_queries, seed, kw))
+                jobs += [(model, v.label, window, load, rate, n_queries, seed + k, kw) for k in range(seeds)]
     rows = []
     if workers > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
@@ -410,7 +413,43 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
     bar.close()
     calib_df = pd.DataFrame(calib)
     calib_df.attrs["peak_at_ladder_top"] = at_top
-    return pd.DataFrame(rows), calib_df
+    return (pd.DataFrame(rows) if seeds == 1 else over_seeds_rows(rows, [seed + k for k in range(seeds)])), calib_df
+
+
+INTERVAL_METRICS = ("mean_latency_ms", "p99_latency_ms")  # the metrics compare.csv gives an interval
+
+
+def over_seeds_rows(rows: list[dict[str, Any]], seeds: list[int], confidence: float = 0.95) -> pd.DataFrame:
+    """The runs of every (model, load, variant) over ``seeds`` (``rows``: one per run, seeds innermost) as one row:
+    each number the mean over the seeds, ``n_seeds``, and after the mean and p99 latency their Student-t interval
+    over the seeds (``<metric>_lo``, ``<metric>_hi``: :func:`dvasim.reporting.intervals.over_seeds`). The rows of
+    every seed are kept in ``attrs["by_seed"]`` (records, each with its ``seed``)."""
+    from dvasim.reporting.intervals import over_seeds
+
+    k = len(seeds)
+    if len(rows) % k:
+        raise ValueError(f"{len(rows)} runs are not {k} seeds of each comparison")
+    out = []
+    for i in range(0, len(rows), k):
+        group = rows[i:i + k]
+        row: dict[str, Any] = {}
+        for col, first in group[0].items():
+            vals = [g.get(col) for g in group]
+            numbers = all(isinstance(v, int | float | np.number) and not isinstance(v, bool) for v in vals)
+            if col in INTERVAL_METRICS and numbers:
+                iv = over_seeds(vals, confidence)
+                row[col], row[f"{col}_lo"], row[f"{col}_hi"] = iv.point, iv.lo, iv.hi
+            elif all(v == first for v in vals):  # the same in every seed (a label, an int): kept as it is
+                row[col] = first
+            elif numbers:
+                row[col] = float(np.mean(vals))
+            else:
+                row[col] = "/".join(map(str, dict.fromkeys(vals)))
+        row["n_seeds"] = k
+        out.append(row)
+    df = pd.DataFrame(out)
+    df.attrs["by_seed"] = [{**r, "seed": seeds[j % k]} for j, r in enumerate(rows)]
+    return df
 
 
 def reductions(results: pd.DataFrame, metric: str = "mean_latency_ms") -> pd.DataFrame:
@@ -421,7 +460,33 @@ def reductions(results: pd.DataFrame, metric: str = "mean_latency_ms") -> pd.Dat
     dva = piv["dvabatch"] if "dvabatch" in piv.columns else math.nan
     for base in ("zerobatch", "delaybatch"):
         out[f"vs_{base}_%"] = 100.0 * (1.0 - dva / piv[base]) if base in piv.columns else math.nan
+    if f"{metric}_lo" in results.columns:  # runs over several seeds: each reduction's interval and its tie
+        _reduction_intervals(results, metric, out)
     return out.reset_index()
+
+
+def _reduction_intervals(results: pd.DataFrame, metric: str, out: pd.DataFrame) -> None:
+    """``vs_<base>_%_lo`` / ``_hi`` (DVABatch's reduction's interval: the two intervals' half-widths in quadrature,
+    :func:`dvasim.reporting.intervals.relative_difference`) and ``vs_<base>_tie`` (the difference within it,
+    :func:`dvasim.reporting.intervals.tie`), per (model, load) of ``out``, in place."""
+    from dvasim.reporting.intervals import Interval, relative_difference, tie
+
+    ivs = {}
+    for r in results.to_dict("records"):
+        n = int(r.get("n_seeds", 1))
+        ivs[(r["model"], r["load"], r["policy"])] = Interval(float(r[metric]), float(r[f"{metric}_lo"]),
+                                                              float(r[f"{metric}_hi"]), n, 0.95, "t over seeds")
+    for base in ("zerobatch", "delaybatch"):
+        cells = []  # (lo, hi, tie) of each (model, load)
+        for model, load in out.index:
+            a, b = ivs.get((model, load, "dvabatch")), ivs.get((model, load, base))
+            if a is None or b is None:
+                cells.append((math.nan, math.nan, math.nan))
+                continue
+            d = relative_difference(a, b)  # (dva - base) / base: the reduction is its negative
+            cells.append((-d.hi, -d.lo, tie(a, b)))
+        for j, name in enumerate((f"vs_{base}_%_lo", f"vs_{base}_%_hi", f"vs_{base}_tie")):
+            out[name] = [c[j] for c in cells]
 
 
 def attribution(results: pd.DataFrame, metric: str = "mean_latency_ms",
