@@ -25,7 +25,8 @@ def check_stack(name) -> None:
 
 def print_summary(summary: dict, file=sys.stdout) -> None:
     keys = [
-        "policy", "stack", "n_queries", "n_completed", "n_not_arrived", "offered_qps", "throughput_qps",
+        "policy", "stack", "triton_config", "n_queries", "n_completed", "n_rejected", "n_timed_out", "n_not_arrived",
+        "offered_qps", "throughput_qps",
         "mean_latency_ms", "p50_latency_ms",
         "p90_latency_ms", "p95_latency_ms", "p99_latency_ms", "qos_target_ms", "qos_violation_rate",
         "mean_exit_batch_size", "n_batches", "n_stretch", "n_split", "device_busy_fraction", "sim_queries_per_wall_s",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import Iterator
@@ -33,6 +34,10 @@ def add_parser(sub) -> None:
                    help="also write queries.csv (default: for runs of at most 100,000 queries; queries.parquet "
                         "is always written)")
     add_stack_arguments(p)
+    p.add_argument("--triton-config", metavar="PATH", default=None,
+                   help="a Triton model configuration (config.pbtxt) for the policy: the config's [policy] is "
+                        "replaced by Triton's dynamic batcher as the file sets it, and [engine] instances by its "
+                        "instance_group counts (as [policy] triton_config = PATH does)")
     p.add_argument("--timeline", type=int, nargs="?", const=20_000, default=0, metavar="N",
                    help="also write the first N stage executions (default 20,000) as timeline.json (open it in "
                         "https://ui.perfetto.dev or chrome://tracing) and a Gantt chart timeline.png")
@@ -106,7 +111,9 @@ def _run_and_write(args, stop: StopSignals) -> int:
     with warnings.catch_warnings():  # an incomplete run is reported below, as an error line
         warnings.simplefilter("ignore", IncompleteRunWarning)
         # records stream to queries.parquet as the run goes: memory stays bounded whatever its length
-        result = run(args.config, overrides=args.set, progress=args.progress or None, engine=args.engine,
+        triton = [] if args.triton_config is None else [  # the whole [policy] replaced: the file sets it
+            f"policy={{triton_config = {json.dumps(str(Path(args.triton_config).absolute()))}}}"]
+        result = run(args.config, overrides=triton + args.set, progress=args.progress or None, engine=args.engine,
                      records=Path(args.out) / "queries.parquet", timeline=args.timeline, stack=args.stack,
                      stop=stop.reason)
     signum = stop.signum

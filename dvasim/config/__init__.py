@@ -6,13 +6,15 @@
 * :mod:`dvasim.config.files` -- reading a config file and an engine file;
 * :mod:`dvasim.config.overrides` -- ``--set``;
 * :mod:`dvasim.config.check` -- :func:`resolve`: defaults, checks, the rules tying keys together;
-* :mod:`dvasim.config.reference` -- the reference and the help, rendered from the schema.
+* :mod:`dvasim.config.reference` -- the reference and the help, rendered from the schema;
+* :mod:`dvasim.config.triton` -- ``[policy] triton_config``: a Triton model configuration read with protobuf.
 
 Relative paths are looked up next to the config file, then in the working directory, then in the project root
 (where the shipped ``traces/`` live).
 
-May import: the foundation, the mechanism's limits (:mod:`dvasim.core`), model data, workloads and serving stacks
-(whose sections it assembles); never the engines, reporting, studies or the command line.
+May import: the foundation, the mechanism's limits (:mod:`dvasim.core`), the policies (whose parameters a Triton
+configuration fills), model data, workloads and serving stacks (whose sections it assembles), and protobuf; never
+the engines, reporting, studies or the command line.
 """
 
 from __future__ import annotations

@@ -9,6 +9,13 @@ An engine (the SimPy simulator, or the replay on real torch execution) owns time
   *stretch* at the stage boundary (paper Figure 12, ``Schedule``), and batches move to the next batch queue,
 * :meth:`Pipeline.wakeup_time` to know when the front door wants to be called even if nothing else happens.
 
+A policy may refuse a query that is still waiting at the front door (Triton's queue policy: a full queue, a
+timeout): it calls :meth:`Pipeline.leave_unserved`, and the query leaves at once with its ``status``
+(``"rejected"`` or ``"timed_out"``) and no ``finish``. It leaves the way served queries do (``n_exited``, the
+``exit_hook`` or ``exited``), so an engine that waits for every query to leave is never left waiting for it and
+its record is written like every other. ``priorities`` (one priority level per query id, e.g. the workload's
+``priority_mix`` draws) sets each arriving query's ``priority`` for a policy with priority levels.
+
 A pipeline may hold several *instances* (Triton's model instances, ``[engine] instances``): each instance is a
 full chain of stage executors with its own batch queues and buffer pairs, and all of them share the one device
 and the one batch table. A new batch goes to an instance whose first stage is free (else the least loaded one);
@@ -34,7 +41,7 @@ from dvasim.core.batch_table import Batch, BatchItem, BatchTable, MetaOpError
 from dvasim.core.buffers import BufferPairs
 from dvasim.core.executor import Executor, ExecutorState
 from dvasim.core.operations import SPLIT_MANNERS, New, Split, Stretch
-from dvasim.core.query import Query
+from dvasim.core.query import UNSERVED, Query
 
 MAX_INSTANCES = 64  # the mechanism's limit on a pipeline's instances (model instances, E2bird's workers)
 
@@ -100,7 +107,7 @@ class Execution:
 class Pipeline:
     def __init__(self, profile, policy, n_buffer_pairs: int = 2, record_states: bool = False,
                  instances: int = 1, qos_target_ms: float | None = None, input_lengths=None,
-                 served=None, corun=None):
+                 served=None, corun=None, priorities=None):
         if instances < 1:
             raise ValueError("instances must be >= 1")
         # a policy that brings its own workers (E2bird's multi-granularity engine) says how many instances it
@@ -134,6 +141,9 @@ class Pipeline:
         self.exited: list[Query] = []  # queries that left, in order (unless an exit_hook takes them instead)
         self.n_exited = 0
         self.exit_hook: Callable[[list[Query]], None] | None = None
+        self.n_unserved = 0  # of n_exited: queries that left without being served (leave_unserved)
+        # each query's priority level by id (None: every query at the policy's default level)
+        self.priorities = priorities
         self.running: dict[int, Execution] = {}
         # serial split: sub-batch id -> (stage, item) of the sibling handed on when it leaves the last stage, or
         # None for the last of its chain (which gives the held pair back)
@@ -194,11 +204,36 @@ class Pipeline:
         self._now = now
         n = self.n_stages
         on_arrival = self.policy.on_arrival
+        priorities = self.priorities
         for q in queries:
             q.seen = now
             q.stage_start = [math.nan] * n
             q.stage_finish = [math.nan] * n
+            if priorities is not None:
+                q.priority = int(priorities[q.qid])
             on_arrival(q)
+
+    def leave_unserved(self, queries: list[Query], status: str) -> None:
+        """``queries``, still waiting at the front door (never put in a batch), leave now without being served:
+        ``status`` ``"rejected"`` (a full queue) or ``"timed_out"`` (past its timeout). They count as exited (an
+        engine waiting for every query is not kept waiting) and go to the exit hook like served ones; their
+        ``finish`` stays NaN (they have no latency)."""
+        if status not in UNSERVED:
+            raise PolicyError(f"{self.policy.name}: a query may leave unserved as {' or '.join(UNSERVED)}, "
+                              f"not {status!r}")
+        if not queries:
+            return
+        for q in queries:
+            if q.batch_id != -1:
+                raise PolicyError(f"{self.policy.name}: query {q.qid} is in batch {q.batch_id}; only a query "
+                                  "still waiting at the front door may leave unserved")
+            q.status = status
+        self.n_exited += len(queries)
+        self.n_unserved += len(queries)
+        if self.exit_hook is None:
+            self.exited.extend(queries)
+        else:
+            self.exit_hook(queries)
 
     def wakeup_time(self) -> float:
         return self.policy.next_wakeup(self._now)

@@ -10,6 +10,8 @@ __all__ = ["PERCENTILES", "records_frame", "summarize", "summarize_arrays"]
 
 
 def summarize(df: pd.DataFrame, qos_target_ms: float) -> dict:
-    """Latency statistics over finished queries; unfinished ones count as QoS violations."""
+    """Latency statistics over finished queries; unfinished ones count as QoS violations (refused ones too, counted
+    in ``n_rejected`` / ``n_timed_out`` when the records have a ``status`` column)."""
     return summarize_arrays(df["arrival_ms"].to_numpy(dtype=float), df["start_ms"].to_numpy(dtype=float),
-                            df["finish_ms"].to_numpy(dtype=float), df["exit_batch_size"].to_numpy(), qos_target_ms)
+                            df["finish_ms"].to_numpy(dtype=float), df["exit_batch_size"].to_numpy(), qos_target_ms,
+                            status=df["status"].to_numpy() if "status" in df else None)

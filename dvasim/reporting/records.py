@@ -3,15 +3,23 @@
 A :class:`RecordStore` receives each query as it leaves the pipeline (and, at the end of a run, the queries that
 never did) and keeps
 
-* the columns the summary needs, in per-query arrays indexed by query id (arrival, first-stage start, finish and
-  exit batch size: 28 bytes a query, 36 with the offered rate; an open loop's arrivals are shared with its
-  workload, not copied), from which :func:`summarize_arrays`
+* the columns the summary needs, in per-query arrays indexed by query id (arrival, first-stage start, finish,
+  exit batch size and status: 29 bytes a query, 37 with the offered rate; an open loop's arrivals are shared
+  with its workload, not copied), from which :func:`summarize_arrays`
   computes the exact mean and percentiles;
 * the full record (:data:`columns`) of every query, either in memory (``frame()`` gives the DataFrame, in query
   id order) or written to a Parquet file in chunks of ``chunk_rows`` rows, in the order the queries left
   (``path``; read it back sorted with :func:`read_records`). Memory then stays bounded by the chunk, whatever the
   run's length. Given a per-query ``offered_qps`` array, the records end with an ``offered_qps`` column (the rate
   the query was offered at; see :func:`dvasim.reporting.stability.offered_rates`).
+
+Every record has a ``status`` (:data:`STATUSES`): ``"ok"`` (served), ``"rejected"`` or ``"timed_out"`` (it
+left without being served: Triton's queue policy refused it, :meth:`dvasim.core.pipeline.Pipeline.leave_unserved`;
+no ``finish_ms``, no latency) or ``"unfinished"`` (still inside when the run ended, or never reached the front
+door), a ``priority`` (int16: the priority level it asked for, 1 the highest; 0: the server's default level) and a
+``replica`` (int16: the model replica that served it, 0 on a single replica). The summary's latency
+statistics are over the served queries only; ``n_rejected`` and ``n_timed_out`` count the refused ones, which,
+like unfinished ones, count as QoS violations (a client that got an error did not get its answer in time).
 
 A streamed file is written under a temporary name beside ``path`` (``.queries.parquet.partial``) and renamed when
 :meth:`RecordStore.close` has written its footer: a file under the final name is always readable. An ``OSError``
@@ -39,20 +47,39 @@ from dvasim.outputs import output_error, partial_path
 
 PERCENTILES = (50, 90, 95, 99)
 _INT_COLS = ("query_id", "seq_len", "batch_id", "exit_batch_id", "exit_batch_size")
+# the ``status`` column's values; the store keeps each query's as its index (an int8 code)
+STATUSES = ("ok", "rejected", "timed_out", "unfinished")
+OK, REJECTED, TIMED_OUT, UNFINISHED = range(4)
+_STATUS_CODE = {"ok": OK, "rejected": REJECTED, "timed_out": TIMED_OUT}
+_STATUS_NAMES = np.array(STATUSES, dtype=object)
 
 
 def columns(n_stages: int) -> list[str]:
     """The record's columns, in order (``latency_ms`` and ``queue_ms`` are derived from them)."""
     return ["query_id", "arrival_ms", "seen_ms", "admitted_ms", "start_ms", "finish_ms", "latency_ms", "seq_len",
             "batch_id", "exit_batch_id", "exit_batch_size",
-            *[f"s{s}_{k}_ms" for s in range(n_stages) for k in ("start", "finish")], "queue_ms"]
+            *[f"s{s}_{k}_ms" for s in range(n_stages) for k in ("start", "finish")], "queue_ms", "status", "priority",
+            "replica"]
+
+
+def _dtype(column: str):
+    """A stored column's dtype (``status`` is stored as its int8 code and written as its name)."""
+    if column in _INT_COLS:
+        return np.int64
+    return {"status": np.int8, "priority": np.int16, "replica": np.int16}.get(column, np.float64)
 
 
 def _blank_row(qid: int, arrival: float, seq_len: int, n_stages: int) -> tuple:
     """The record of a query that never reached the front door."""
     nan = math.nan
     stages = [nan] * n_stages
-    return (qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0, stages, stages)
+    return (qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0, stages, stages, UNFINISHED, 0, 0)
+
+
+def status_code(q) -> int:
+    """Query ``q``'s record status: its refusal, else ok when it finished, else unfinished."""
+    code = _STATUS_CODE[q.status]
+    return UNFINISHED if code == OK and q.finish != q.finish else code  # NaN finish: never left
 
 
 def _row(q, n_stages: int) -> tuple:
@@ -60,7 +87,7 @@ def _row(q, n_stages: int) -> tuple:
     if not st:  # never reached the front door
         return _blank_row(q.qid, q.arrival, q.seq_len, n_stages)
     return (q.qid, q.arrival, q.seen, q.admitted, st[0], q.finish, q.seq_len, q.batch_id, q.exit_batch_id,
-            q.exit_batch_size, st, q.stage_finish)
+            q.exit_batch_size, st, q.stage_finish, status_code(q), q.priority, q.replica)
 
 
 class RecordStore:
@@ -80,6 +107,7 @@ class RecordStore:
         self.start = np.full(n, math.nan)
         self.finish = np.full(n, math.nan)
         self.exit_batch_size = np.zeros(n, dtype=np.int32)
+        self.status = np.full(n, UNFINISHED, dtype=np.int8)  # each query's status code (STATUSES)
         self.offered_qps = None if offered_qps is None else np.asarray(offered_qps, dtype=np.float64)
         self._rows: list[tuple] = []
         self._chunks: list[dict[str, np.ndarray]] = []
@@ -123,12 +151,16 @@ class RecordStore:
         for s in range(self.n_stages):
             chunk[f"s{s}_start_ms"] = starts[:, s]
             chunk[f"s{s}_finish_ms"] = finishes[:, s]
+        chunk["status"] = np.array(cols[12], dtype=np.int8)
+        chunk["priority"] = np.array(cols[13], dtype=np.int16)
+        chunk["replica"] = np.array(cols[14], dtype=np.int16)
         qid = chunk["query_id"]
         if not self._arrivals_known:
             self.arrival[qid] = chunk["arrival_ms"]
         self.start[qid] = chunk["start_ms"]
         self.finish[qid] = chunk["finish_ms"]
         self.exit_batch_size[qid] = chunk["exit_batch_size"]
+        self.status[qid] = chunk["status"]
         if self.offered_qps is not None:
             chunk["offered_qps"] = self.offered_qps[qid]
         self.n_rows += len(qid)
@@ -200,7 +232,7 @@ class RecordStore:
         names = [c for c in columns(self.n_stages) if c not in ("latency_ms", "queue_ms")]
         if self.offered_qps is not None:
             names.append("offered_qps")
-        return {c: np.array([], dtype=np.int64 if c in _INT_COLS else np.float64) for c in names}
+        return {c: np.array([], dtype=_dtype(c)) for c in names}
 
     # ------------------------------------------------------------------ reading
     def frame(self) -> pd.DataFrame:
@@ -209,9 +241,7 @@ class RecordStore:
         if self.path is not None:
             return read_records(self.path)
         if not self._chunks:
-            extra = [] if self.offered_qps is None else ["offered_qps"]
-            return pd.DataFrame({c: np.array([], dtype=np.int64 if c in _INT_COLS else np.float64)
-                                 for c in [*columns(self.n_stages), *extra]})
+            return pd.DataFrame(_with_derived(self._empty_chunk(), self.n_stages))
         merged = {k: np.concatenate([c[k] for c in self._chunks]) for k in self._chunks[0]}
         order = np.argsort(merged["query_id"], kind="stable")
         return pd.DataFrame(_with_derived({k: v[order] for k, v in merged.items()}, self.n_stages))
@@ -223,10 +253,14 @@ class RecordStore:
             return self.arrival, self.start, self.finish, self.exit_batch_size
         return self.arrival[:m], self.start[:m], self.finish[:m], self.exit_batch_size[:m]
 
+    def measured_status(self) -> np.ndarray:
+        """The status codes (:data:`STATUSES`) of the measured queries (a view)."""
+        return self.status if self.n_measured == self.n else self.status[:self.n_measured]
+
     def summary(self, qos_target_ms: float) -> dict:
         """:func:`summarize_arrays` of the measured queries; with ``n_not_arrived`` when some were left out."""
         self.close()
-        out = summarize_arrays(*self.measured(), qos_target_ms)
+        out = summarize_arrays(*self.measured(), qos_target_ms, status=self.measured_status())
         if self.n_left_out:
             out["n_not_arrived"] = self.n_left_out
         return out
@@ -245,6 +279,8 @@ def _with_derived(chunk: dict[str, np.ndarray], n_stages: int) -> dict[str, np.n
     out = dict(chunk)
     out["latency_ms"] = chunk["finish_ms"] - chunk["arrival_ms"]
     out["queue_ms"] = chunk["start_ms"] - chunk["arrival_ms"]
+    codes = chunk["status"]
+    out["status"] = _STATUS_NAMES[codes] if len(codes) else np.array([], dtype=str)  # names (typed when empty)
     extra = ["offered_qps"] if "offered_qps" in chunk else []
     return {c: out[c] for c in [*columns(n_stages), *extra]}
 
@@ -263,11 +299,24 @@ def records_frame(queries, n_stages: int) -> pd.DataFrame:
     return store.frame()
 
 
+def status_codes(status) -> np.ndarray:
+    """Status codes (:data:`STATUSES`) from codes or from the records' ``status`` names."""
+    arr = np.asarray(status)
+    if arr.dtype.kind in "iu":
+        return arr
+    code = {name: i for i, name in enumerate(STATUSES)}
+    return np.array([code[str(x)] for x in arr], dtype=np.int8)
+
+
 def summarize_arrays(arrival: np.ndarray, start: np.ndarray, finish: np.ndarray, exit_batch_size: np.ndarray,
-                     qos_target_ms: float) -> dict:
+                     qos_target_ms: float, status: np.ndarray | None = None) -> dict:
     """Latency statistics over finished queries (NaN ``finish``); unfinished ones count as QoS violations.
     Arrays are per query, in query id order. Means are numpy's (pairwise sums), percentiles numpy's linear.
-    Temporaries: a few arrays of the finished queries' size at a time (10 million queries: 80 MB each)."""
+    Temporaries: a few arrays of the finished queries' size at a time (10 million queries: 80 MB each).
+
+    ``status`` (codes or names, :data:`STATUSES`): then ``n_rejected`` and ``n_timed_out`` count the queries that
+    left without being served (their ``finish`` is NaN: they are not in the latency statistics, and count as QoS
+    violations), and ``latency_note`` says so when there are any."""
     n = len(arrival)
     done = ~np.isnan(finish)
     n_done = int(done.sum())
@@ -275,6 +324,12 @@ def summarize_arrays(arrival: np.ndarray, start: np.ndarray, finish: np.ndarray,
     pick = (lambda x: x) if every else (lambda x: x[done])  # noqa: E731  (no copies when every query finished)
     lat = pick(finish) - pick(arrival)
     out: dict = {"n_queries": int(n), "n_completed": n_done}
+    n_refused = 0
+    if status is not None:
+        codes = status_codes(status)
+        out["n_rejected"] = int(np.count_nonzero(codes == REJECTED))
+        out["n_timed_out"] = int(np.count_nonzero(codes == TIMED_OUT))
+        n_refused = out["n_rejected"] + out["n_timed_out"]
     if len(lat):
         out["mean_latency_ms"] = float(lat.mean())
         for p, v in zip(PERCENTILES, np.percentile(lat, PERCENTILES)):
@@ -293,4 +348,8 @@ def summarize_arrays(arrival: np.ndarray, start: np.ndarray, finish: np.ndarray,
     out["qos_target_ms"] = float(qos_target_ms)
     violations = (n - n_done) + int(np.count_nonzero(lat > qos_target_ms))
     out["qos_violation_rate"] = float(violations / n) if n else math.nan
+    if n_refused:
+        out["latency_note"] = (f"latency statistics are over the {n_done:,} served queries; the {n_refused:,} "
+                               f"refused by the queue policy ({out['n_rejected']:,} rejected, "
+                               f"{out['n_timed_out']:,} timed out) are not in them and count as QoS violations")
     return out

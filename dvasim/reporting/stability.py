@@ -36,6 +36,16 @@ at most 0.3% from 1,500 on; at ``rho = 0.9`` 0.5 to 0.7% from 1,500 on. Overload
 from 500 on. Near ``rho = 1`` neither the shortfall nor the growth stands out of the noise of one run: a
 verdict there is a coin toss, as it is for any finite run.
 
+**Refused queries** (Triton's queue policy: ``status`` ``"rejected"`` at a full queue, ``"timed_out"`` past a
+timeout; :mod:`dvasim.reporting.records`) left with an error and no answer. They are not "never finished" (rule
+1 does not count them) and have no latency: rules 2 and 3 measure the served queries. A server that sheds load
+with a bounded queue reaches a steady state however high the offered rate (its queue, and so its latency, stays
+bounded; an M/D/1/K queue is stable at any load), so the verdict can be "stable" while it refuses many queries:
+it says the statistics describe a steady state, not that the offered load was served. The reason then says how
+many were refused (``refused_fraction``), and the run's summary counts them (``n_rejected``, ``n_timed_out``)
+as QoS violations (``qos_violation_rate``): judge a load-shedding server on those, or on the capacity search
+(``dvasim capacity``), where a refused query counts as a slow one.
+
 Runs with fewer than :data:`MIN_QUERIES` measured queries are judged on rule 1 only (too few to measure a trend).
 A closed loop is stable by construction (each client waits for its answer) and comes out so.
 
@@ -61,6 +71,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from dvasim.reporting.records import REJECTED, TIMED_OUT, status_codes
+
 THROUGHPUT_MIN = 0.97  # served over offered rate below this (and below the short-run allowance): unstable
 TREND_MAX = 1.5  # last third's mean latency over the first third's above this ...
 TREND_Z = 4.0  # ... and the growth this many standard errors above zero: unstable
@@ -76,12 +88,14 @@ def _fmt_pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
 
 
-def stability(arrival, finish, warmup_fraction: float = 0.0) -> dict:
+def stability(arrival, finish, warmup_fraction: float = 0.0, status=None) -> dict:
     """The stability verdict of a run from its per-query ``arrival`` and ``finish`` times (ms; NaN ``finish``:
-    never finished), in any order. Returns ``stable`` (bool), ``stability_reason`` (a short sentence),
-    ``throughput_ratio`` and ``throughput_ratio_min`` (rule 2), ``latency_trend`` and ``latency_trend_z``
-    (rule 3) and ``warmup_queries`` (how many of the earliest arrivals were left out). See the module docstring
-    for the rule and its thresholds."""
+    never finished, or refused), in any order. ``status`` (the records' status codes or names, optional): which
+    of the NaN ``finish`` were refused by a queue policy rather than never finished. Returns ``stable`` (bool),
+    ``stability_reason`` (a short sentence), ``throughput_ratio`` and ``throughput_ratio_min`` (rule 2),
+    ``latency_trend`` and ``latency_trend_z`` (rule 3), ``warmup_queries`` (how many of the earliest arrivals
+    were left out) and, when some were refused, ``refused_fraction``. See the module docstring for the rule and
+    its thresholds."""
     arrival = np.asarray(arrival, dtype=np.float64)
     finish = np.asarray(finish, dtype=np.float64)
     if arrival.shape != finish.shape or arrival.ndim != 1:
@@ -89,13 +103,33 @@ def stability(arrival, finish, warmup_fraction: float = 0.0) -> dict:
     if not (0.0 <= warmup_fraction < 1.0):
         raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction!r}")
     n = len(arrival)
-    n_unfinished = int(np.count_nonzero(np.isnan(finish)))
+    n_refused = 0
+    if status is not None:
+        codes = status_codes(status)
+        n_refused = int(np.count_nonzero((codes == REJECTED) | (codes == TIMED_OUT)))
+    n_unfinished = int(np.count_nonzero(np.isnan(finish))) - n_refused
     w = int(math.floor(warmup_fraction * n))
     out = {"stable": True, "stability_reason": "", "throughput_ratio": math.nan, "throughput_ratio_min": math.nan,
            "latency_trend": math.nan, "latency_trend_z": math.nan, "warmup_queries": w}
     problems = []
     if n_unfinished:
         problems.append(f"{n_unfinished} of {n} queries never finished")
+    if n_refused:
+        out["refused_fraction"] = n_refused / n
+        return _refused(_measure(out, problems, arrival, finish, w), n_refused, n)
+    return _measure(out, problems, arrival, finish, w)
+
+
+def _refused(out: dict, n_refused: int, n: int) -> dict:
+    """The verdict's reason, with how many queries the queue policy refused."""
+    out["stability_reason"] += (f"; refused {n_refused} of {n} queries ({_fmt_pct(n_refused / n)}: rejected or "
+                                "timed out, not in the latency statistics)")
+    return out
+
+
+def _measure(out: dict, problems: list[str], arrival: np.ndarray, finish: np.ndarray, w: int) -> dict:
+    """Rules 2 and 3 on the finished queries, after the first ``w`` arrivals; the verdict."""
+    n = len(arrival)
     # the measured queries, in arrival order (query ids are in arrival order for open loops: no sort then)
     if n > 1 and np.any(np.diff(arrival) < 0):
         order = np.argsort(arrival, kind="stable")[w:]
@@ -145,15 +179,18 @@ def _verdict(out: dict, problems: list[str], stable_reason: str) -> dict:
     return out
 
 
-def level_stats(latency, rates, qos_ms: float, pct: float = 99.0, arrival=None, finish=None) -> list[dict]:
+def level_stats(latency, rates, qos_ms: float, pct: float = 99.0, arrival=None, finish=None,
+                status=None) -> list[dict]:
     """Per offered-rate level of a stepping run (``rates``: each query's level, in query order; ``latency``: NaN
     for unfinished queries, which count as infinitely late): ``offered_qps``, ``n``, ``mean_latency_ms``,
     ``p{pct}_latency_ms``, ``within_qos`` (that percentile within ``qos_ms``); with ``arrival`` and ``finish``
     also ``throughput_qps`` (finished queries over first arrival to last finish, as in the run's summary),
-    ``stable``, ``throughput_ratio`` and ``latency_trend`` (:func:`stability` of the level's queries)."""
+    ``stable``, ``throughput_ratio`` and ``latency_trend`` (:func:`stability` of the level's queries; ``status``:
+    the records' status, so that refused queries are not taken for unfinished ones)."""
     lat = np.asarray(latency, dtype=np.float64).copy()
     lat[np.isnan(lat)] = np.inf
     rates = np.asarray(rates, dtype=np.float64)
+    codes = None if status is None else status_codes(status)
     if arrival is not None:
         arrival = np.asarray(arrival, dtype=np.float64)
         finish = np.asarray(finish, dtype=np.float64)
@@ -169,7 +206,7 @@ def level_stats(latency, rates, qos_ms: float, pct: float = 99.0, arrival=None, 
             done = ~np.isnan(f)
             span = float(f[done].max() - a.min()) if done.any() else math.nan
             row["throughput_qps"] = float(done.sum() / (span / 1000.0)) if span > 0 else math.nan
-            v = stability(a, f)
+            v = stability(a, f, status=None if codes is None else codes[mask])
             row.update(stable=v["stable"], throughput_ratio=v["throughput_ratio"], latency_trend=v["latency_trend"])
         out.append(row)
     return out
@@ -200,8 +237,9 @@ def run_verdict(store, cfg: Mapping, offered: np.ndarray) -> dict:
     (:func:`level_stats` of each level)."""
     qos = cfg["qos"]
     arrival, _, finish, _ = store.measured()
-    out = stability(arrival, finish, qos.get("warmup_fraction", 0.0))
+    status = store.measured_status()
+    out = stability(arrival, finish, qos.get("warmup_fraction", 0.0), status=status)
     if cfg["workload"].get("kind") == "stepping":
         out["levels"] = level_stats(finish - arrival, offered[:len(arrival)], qos["target_ms"],
-                                    arrival=arrival, finish=finish)
+                                    arrival=arrival, finish=finish, status=status)
     return out

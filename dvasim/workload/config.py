@@ -24,13 +24,17 @@ trace          ``path`` (a CSV / JSON / Parquet file of request times, or ``"tra
                seq_len / seq_len_dist), ``n_queries`` (default: every request; more loops the trace),
                ``rate_qps`` (scale time to this mean rate) or ``time_scale`` (multiply the gaps), ``start_ms``
                (the first request's arrival, default 0), ``seed`` (lengths only); see :mod:`dvasim.workload.traces`
+priorities     ``priority_mix = [0.2, 0.8]`` (any kind): each query's priority level, 1 (the highest) to
+               ``len(priority_mix)``, drawn i.i.d. with these probabilities (they sum to 1) for Triton's batcher
+               with priority levels (policy ``"triton"``); absent: every query at the policy's default level
 lengths        ``seq_len = N`` (constant) or ``seq_len_dist = "glue:RTE"`` / ``"path/to/lengths.csv"`` (sampled
                i.i.d. with replacement); not both. For ``explicit`` with ``seq_lens`` neither may be given.
 =============  ===========================================================================================
 
 Random streams: arrivals use ``Generator(PCG64(seed))``; sampled lengths use an independent stream,
 ``Generator(PCG64(SeedSequence(seed, spawn_key=(1,))))`` (== ``SeedSequence(seed).spawn(2)[1]``), so changing
-the length distribution never changes the arrival times. The same section and seed give identical arrays.
+the length distribution never changes the arrival times; priorities use a third,
+``Generator(PCG64(SeedSequence(seed, spawn_key=(2,))))``, so adding ``priority_mix`` changes neither. The same section and seed give identical arrays.
 
 If the model has no sequence dimension (``needs_seq_len=False``) all lengths are 1 and ``seq_len`` /
 ``seq_len_dist`` are ignored (not even loaded; explicit ``seq_lens`` are still checked for alignment).
@@ -61,7 +65,7 @@ from dvasim.workload.arrivals import (
 from dvasim.workload.lengths import load_lengths
 from dvasim.workload.traces import load_trace, trace_arrivals
 
-__all__ = ["Workload", "workload_from_config", "KINDS", "WORKLOAD", "length_rng"]
+__all__ = ["Workload", "workload_from_config", "KINDS", "WORKLOAD", "length_rng", "priority_draws", "priority_rng"]
 
 _LEN_KEYS = ("seq_len", "seq_len_dist")
 MAX_SEED = 2**63 - 1  # numpy's seed sequences take any int; records and caches keep it as an int64
@@ -109,6 +113,9 @@ WORKLOAD = Section("workload", "the queries: their arrival times and input lengt
     Key("seq_len", "int", "every query's input length (tables with a seq_len column)", minimum=1),
     Key("seq_len_dist", "str", 'input lengths sampled i.i.d. from "glue:RTE" (a GLUE task) or a lengths CSV',
         ),
+    Key("priority_mix", "numbers", "the share of queries at each priority level, 1 (the highest) first, summing to 1 "
+        '(Triton\'s batcher with priority levels, policy "triton"; drawn from its own seeded stream); absent: every '
+        "query at the policy's default level", minimum=0),
 ), selector="kind")
 
 
@@ -124,6 +131,7 @@ class Workload:
     description: str = ""
     closed_clients: int | None = None  # closed loop: arrivals are decided by the engine
     think_ms: float = 0.0
+    priorities: np.ndarray | None = None  # each query's priority level (1 = highest), or None: all at the default
 
     def __post_init__(self):
         arr = np.array(self.arrivals_ms, dtype=np.float64, copy=True)
@@ -150,6 +158,13 @@ class Workload:
             raise WorkloadError("workload.seq_lens", f"must be integers >= 1, got {int(lens.min())}")
         arr.setflags(write=False)
         lens.setflags(write=False)
+        if self.priorities is not None:
+            pri = np.array(self.priorities, dtype=np.int64, copy=True)
+            if pri.shape != arr.shape or np.any(pri < 0):
+                raise WorkloadError("workload.priority_mix", f"must give one priority level >= 0 per arrival "
+                                                             f"({arr.size}), got shape {pri.shape}")
+            pri.setflags(write=False)
+            object.__setattr__(self, "priorities", pri)
         object.__setattr__(self, "arrivals_ms", arr)
         object.__setattr__(self, "seq_lens", lens)
         object.__setattr__(self, "description", str(self.description))
@@ -160,6 +175,27 @@ class Workload:
     @property
     def n_queries(self) -> int:
         return int(self.arrivals_ms.size)
+
+
+MAX_PRIORITY_LEVELS = 64  # levels priority_mix may name (Triton's levels are many more; a mix lists each one)
+
+
+def priority_draws(mix, n: int, seed: int) -> np.ndarray:
+    """Each of ``n`` queries' priority level (1 = the highest), i.i.d. with the probabilities ``mix`` (one per
+    level, summing to 1), from the stream :func:`priority_rng` (``seed``): the same mix and seed give the same
+    levels, and the arrivals and lengths are not touched."""
+    p = _number_list("priority_mix", mix, integer=False, low=0)
+    if len(p) > MAX_PRIORITY_LEVELS:
+        raise ConfigError("workload.priority_mix", f"{len(p)} levels; at most {MAX_PRIORITY_LEVELS}")
+    if abs(float(p.sum()) - 1.0) > 1e-9:
+        raise ConfigError("workload.priority_mix", f"the shares must sum to 1, got {float(p.sum()):.6g}; e.g. "
+                                                   "[0.2, 0.8]: 20% at level 1, 80% at level 2")
+    return priority_rng(seed).choice(len(p), size=n, p=p / p.sum()).astype(np.int64) + 1
+
+
+def priority_rng(seed: int) -> np.random.Generator:
+    """The generator priorities are drawn from (independent of the arrivals' and the lengths' streams)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(2,))))
 
 
 def length_rng(seed: int) -> np.random.Generator:
@@ -242,10 +278,14 @@ def workload_from_config(
     seed = _check_seed(section.get("seed", WORKLOAD.default("seed")))
     arrivals, explicit_lens, desc, closed = _ARRIVALS[kind](_Keys(section, kind), seed, needs_seq_len, base_dir)
     lens, desc = _lengths(section, kind, arrivals.size, explicit_lens, desc, seed, needs_seq_len, base_dir)
+    priorities = None
+    if "priority_mix" in section:
+        priorities = priority_draws(section["priority_mix"], arrivals.size, seed)
+        desc += f", priorities ~ {list(section['priority_mix'])} (seed {seed})"
     if closed is not None:
         return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc, closed_clients=closed[0],
-                        think_ms=closed[1])
-    return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc)
+                        think_ms=closed[1], priorities=priorities)
+    return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc, priorities=priorities)
 
 
 class _Keys:
