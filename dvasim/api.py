@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,6 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     ``summary["interrupted"]`` too with ``interrupted_reason``, and the queries that had not arrived are left out
     of the records and the metrics (``summary["n_not_arrived"]`` says how many).
     """
-    from dvasim.engines.sim.engine import simulate
     from dvasim.reporting.records import RecordStore
     from dvasim.reporting.stability import offered_rates
 
@@ -56,8 +56,8 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     store = RecordStore(len(workload.seq_lens), profile.n_stages, path=records,
                         arrivals=None if workload.closed_clients is not None else workload.arrivals_ms,
                         offered_qps=offered)
-    res = simulate(
-        pipeline, workload.arrivals_ms, workload.seq_lens, records=store, keep_queries=False,
+    res = _engine(parts, cfg)(
+        workload.arrivals_ms, workload.seq_lens, records=store, keep_queries=False,
         sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"], cores=eng["cores"],
         launch_overhead_ms=eng["launch_overhead_ms"],
         admission_delay_ms=eng["admission_delay_ms"],
@@ -87,6 +87,21 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
                      extra=extra, records_path=None if records is None else Path(records))
 
 
+def _engine(parts: _Parts, cfg: dict[str, Any]) -> Callable:
+    """The engine call for these parts, less the arrivals and options: one pipeline on one device, or with
+    ``[cluster] replicas > 1`` the replicas behind their router (:mod:`dvasim.engines.sim.cluster`)."""
+    if len(parts.pipelines) == 1:
+        from dvasim.engines.sim.engine import simulate
+
+        return partial(simulate, parts.pipeline)
+    from dvasim.engines.sim.cluster import simulate_cluster
+    from dvasim.server.router import make_router
+
+    cl = cfg["cluster"]
+    router = make_router(cl["router"], len(parts.pipelines), seed=int(cfg["workload"].get("seed", 0)))
+    return partial(simulate_cluster, parts.pipelines, router=router, network_delay_ms=cl["network_delay_ms"])
+
+
 @dataclass
 class _Parts:
     """What a resolved config builds before the engine runs: the model's table, the stack, the input copies, the
@@ -98,6 +113,7 @@ class _Parts:
     policy: Any
     workload: Any
     pipeline: Any
+    pipelines: list  # one per replica ([cluster] replicas); ``pipeline`` is the first
 
 
 def build(cfg: dict[str, Any], stack: str | None) -> _Parts:
@@ -125,31 +141,64 @@ def build(cfg: dict[str, Any], stack: str | None) -> _Parts:
     if profile.seq_lens is not None and len(workload.seq_lens):
         check_lengths(profile, workload.seq_lens)
     eng = cfg["engine"]
-    pipeline = Pipeline(profile, policy, eng["buffer_pairs"], instances=eng["instances"],
-                        qos_target_ms=cfg["qos"]["target_ms"],
-                        input_lengths=workload.seq_lens if profile.seq_lens is not None else None,
-                        served=served, corun=sim_corun(policy, profile, served))
-    return _Parts(profile, served, transfer, policy, workload, pipeline)
+    replicas = int(cfg.get("cluster", {}).get("replicas", 1))
+    if replicas > 1 and workload.closed_clients is not None:
+        from dvasim.errors import ConfigError
+
+        raise ConfigError("cluster.replicas", "a closed loop ([workload] kind = \"closed\") runs on one replica; "
+                                              "use an open-loop workload (poisson, uniform, trace) for replicas > 1")
+    pipelines = []
+    for r in range(replicas):  # each replica its own policy object and pipeline (their state is the replica's)
+        pol = policy if r == 0 else make_policy(cfg["policy"]["name"], params)
+        pipelines.append(Pipeline(profile, pol, eng["buffer_pairs"], instances=eng["instances"],
+                                  qos_target_ms=cfg["qos"]["target_ms"],
+                                  input_lengths=workload.seq_lens if profile.seq_lens is not None else None,
+                                  served=served, corun=sim_corun(pol, profile, served),
+                                  priorities=workload.priorities))
+    return _Parts(profile, served, transfer, policy, workload, pipelines[0], pipelines)
 
 
 def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered) -> dict[str, Any]:
-    from dvasim.core.batch_table import meta_op_counts
     from dvasim.reporting.stability import run_verdict
 
     summary = store.summary(cfg["qos"]["target_ms"])
     n = summary["n_queries"]
     profile = parts.profile
+    n_rep = len(parts.pipelines)
     summary.update(
         policy=parts.policy.name, model=profile.name, stack=parts.served.label, n_stages=profile.n_stages,
         buffer_pairs=cfg["engine"]["buffer_pairs"], instances=parts.pipeline.instances,
-        device_busy_fraction=res.device_busy_ms / res.sim_end_ms if res.sim_end_ms > 0 else 0.0,
+        device_busy_fraction=res.device_busy_ms / res.sim_end_ms / n_rep if res.sim_end_ms > 0 else 0.0,
         sim_wall_s=res.wall_s, sim_queries_per_wall_s=n / res.wall_s if res.wall_s > 0 else float("nan"),
-        **meta_op_counts(res.pipeline.table),
+        **_meta_ops([p.table for p in parts.pipelines]),
     )
+    if n_rep > 1:  # said only for a cluster (a single GPU's summary is unchanged)
+        from dvasim.reporting.replicas import replica_summary
+
+        summary.update(replica_summary(store, cfg, res))
+    if cfg["policy"].get("triton_config"):  # the policy came from a Triton model configuration
+        summary["triton_config"] = cfg["policy"]["triton_config"]
     summary.update(run_verdict(store, cfg, offered))  # stable, its measures; a stepping run's levels
     if res.interrupted is not None:  # said only when it happened (a finished run's summary is unchanged)
         summary.update(interrupted=True, interrupted_reason=res.stuck, n_not_arrived=res.n_not_arrived)
     return summary
+
+
+def _meta_ops(tables) -> dict[str, Any]:
+    """The meta operations' counts over every replica's batch table (a count summed, a mean averaged)."""
+    from dvasim.core.batch_table import meta_op_counts
+
+    counts = [meta_op_counts(t) for t in tables]
+    if len(counts) == 1:
+        return counts[0]
+    out: dict[str, Any] = {}
+    for key in counts[0]:
+        vals = [c[key] for c in counts]
+        total = vals[0]
+        for v in vals[1:]:
+            total += v
+        out[key] = total / len(vals) if key.startswith("mean_") else total
+    return out
 
 
 def _resolved(cfg: dict[str, Any], parts: _Parts) -> dict[str, Any]:

@@ -10,8 +10,10 @@ from typing import Any
 from dvasim.config.files import apply_engine_file, load_toml
 from dvasim.config.overrides import apply_overrides
 from dvasim.config.sections import DEFAULTS, ENGINE, QOS, REPLAY, SCHEMA, SECTIONS
+from dvasim.config.triton import apply_triton_config
 from dvasim.errors import ConfigError
 from dvasim.schema import find_file
+from dvasim.server.router import router_name
 
 
 def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None,
@@ -29,14 +31,17 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
             raise ConfigError(section, f"unknown section [{section}]; allowed: {', '.join(SECTIONS)}")
         if not isinstance(raw[section], dict):
             raise ConfigError(section, f"[{section}] must be a table of keys")
+    raw = apply_triton_config(raw, base_dir)  # [policy] triton_config: the policy and instances a Triton file sets
     cfg = {s: {**DEFAULTS[s], **raw.get(s, {})} for s in SECTIONS}
     cfg["base_dir"] = base_dir or str(Path.cwd())
     _check_model(cfg["model"], base_dir)
     if not cfg["workload"]:
         raise ConfigError("workload", 'missing section; e.g. [workload] kind = "poisson", rate_qps = 100, n_queries = 1000')
-    for section in (ENGINE, QOS, REPLAY):
+    for section in (ENGINE, QOS, REPLAY, SCHEMA["cluster"]):
         cfg[section.name] = {**cfg[section.name], **section.check(cfg[section.name])}
-    _check_admission_delay(cfg["engine"])
+    _check_delay(cfg["engine"], "engine", "admission_delay_ms")
+    _check_delay(cfg["cluster"], "cluster", "network_delay_ms")
+    cfg["cluster"]["router"] = router_name(cfg["cluster"]["router"])
     SCHEMA["server"].check(cfg["server"])  # checked; the stack reads its overrides as given
     if not isinstance(cfg["policy"].get("name"), str):
         raise ConfigError("policy.name", "must be a string naming a policy")
@@ -52,16 +57,17 @@ def _check_model(model: dict[str, Any], base_dir: str | None) -> None:
                                    'device = "titanrtx", stages = 4')
 
 
-def _check_admission_delay(eng: dict[str, Any]) -> None:
-    """A constant (ms) or the quantiles of its distribution."""
-    ad = eng["admission_delay_ms"]
+def _check_delay(section: dict[str, Any], name: str, key: str) -> None:
+    """A delay: a constant (ms) or the quantiles of its distribution (``[engine] admission_delay_ms``,
+    ``[cluster] network_delay_ms``)."""
+    ad = section[key]
     if isinstance(ad, list):
         if (len(ad) < 2 or not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
                                    and x >= 0 for x in ad) or any(b < a for a, b in zip(ad, ad[1:]))):
-            raise ConfigError("engine.admission_delay_ms", "a list must hold >= 2 non-decreasing quantiles >= 0 (ms), "
-                                                           "e.g. [0.0, 0.05, 1.2]")
+            raise ConfigError(f"{name}.{key}", "a list must hold >= 2 non-decreasing quantiles >= 0 (ms), "
+                                               "e.g. [0.0, 0.05, 1.2]")
         return
     ok = isinstance(ad, int | float) and not isinstance(ad, bool) and math.isfinite(ad) and ad >= 0
     if not ok:
-        raise ConfigError("engine.admission_delay_ms", f"must be a number >= 0, got {ad!r}")
-    eng["admission_delay_ms"] = float(ad)
+        raise ConfigError(f"{name}.{key}", f"must be a number >= 0, got {ad!r}")
+    section[key] = float(ad)

@@ -2,7 +2,7 @@
 
 ``[qos]``, ``[engine]``, ``[replay]`` and ``[policy]``'s ``name`` are declared here; ``[model]`` in
 :mod:`dvasim.model.catalog`, ``[workload]`` in :mod:`dvasim.workload.config`, ``[server]`` in
-:mod:`dvasim.server.resolve`, ``[engine.host]`` in :mod:`dvasim.server.host` and ``[engine.transfer]`` in
+:mod:`dvasim.server.resolve`, ``[cluster]`` in :mod:`dvasim.server.router`, ``[engine.host]`` in :mod:`dvasim.server.host` and ``[engine.transfer]`` in
 :mod:`dvasim.server.transfer`, next to the code each configures. A policy's parameters are declared by the policy
 (``params`` and its constructor's defaults, :func:`dvasim.policies.base.policy_reference`). Validation
 (:func:`dvasim.config.check.resolve`), ``--set`` (:mod:`dvasim.config.overrides`), ``dvasim config``'s help and
@@ -16,6 +16,7 @@ from dvasim.model.catalog import MODEL
 from dvasim.schema import Key, Section
 from dvasim.server.host import HOST
 from dvasim.server.resolve import SERVER
+from dvasim.server.router import CLUSTER
 from dvasim.server.transfer import TRANSFER
 from dvasim.workload.config import WORKLOAD
 
@@ -29,6 +30,9 @@ REPLAY_MODULES = ("auto", "cudagraph", "torchscript", "eager")
 POLICY = Section("policy", "the batching policy: its name; its other keys are the policy's parameters "
                            "(dvasim policies NAME)", (
     Key("name", "str", "any registered policy or alias (dvasim policies)", default="zerobatch"),
+    Key("triton_config", "path", "a Triton model configuration (config.pbtxt): the policy becomes Triton's dynamic "
+        'batcher ("triton") with its batching, queue policy and priority levels, and [engine] instances its '
+        "instance_group counts; other [policy] keys and engine.instances must agree with it (dvasim.config.triton)"),
 ), open=True, open_help="the named policy's parameters")
 
 QOS = Section("qos", "the service's latency target", (
@@ -65,7 +69,8 @@ REPLAY = Section("replay", "how `dvasim replay` runs the stage modules", (
         '(traced and frozen) or "eager"', default="auto", choices=REPLAY_MODULES),
 ))
 
-SCHEMA: dict[str, Section] = {s.name: s for s in (MODEL, POLICY, WORKLOAD, QOS, ENGINE, REPLAY, SERVER)}
+SCHEMA: dict[str, Section] = {s.name: s for s in (MODEL, POLICY, WORKLOAD, QOS, ENGINE, REPLAY, SERVER,
+                                                          CLUSTER)}
 SECTIONS = tuple(SCHEMA)
 SUBSECTIONS: dict[str, Section] = {f"engine.{k.name}": k.section for k in ENGINE.keys if k.kind == "table"}
 DEFAULTS = {name: ({} if name in ("model", "workload", "server") else s.defaults()) for name, s in SCHEMA.items()}

@@ -119,6 +119,7 @@ class SimOptions:
     batch_costs: Any = None  # a dvasim.server.costs.BatchCosts
     corun_per_worker: float = 0.0
     stop: Callable[[], str | None] | None = None
+    stream: int = 0  # a replica's index (:mod:`~dvasim.engines.sim.cluster`): its own random streams beyond 0
 
 
 def simulate(pipeline: Pipeline, arrivals_ms, seq_lens, **options) -> SimResult:
@@ -184,12 +185,17 @@ class Simulation:
     the run: the arrivals reaching the front door (or the closed loop's clients sending), the pipeline deciding
     (:meth:`poke`), stage executions launched and completed, and at the end the result collected."""
 
-    def __init__(self, pipeline: Pipeline, arrivals_ms, seq_lens, options: SimOptions | None = None) -> None:
+    def __init__(self, pipeline: Pipeline, arrivals_ms, seq_lens, options: SimOptions | None = None,
+                 env: simpy.Environment | None = None, external: bool = False) -> None:
+        """``env``: the environment to run in (a cluster's replicas share one); ``external``: the queries come
+        from outside (a router's :meth:`accept`), not from the arrivals, which then only size the records."""
         o = SimOptions() if options is None else options
         self.options = o
+        self.external = external
         self.t0 = time.perf_counter()
         self.pipeline = pipeline
-        self.env = simpy.Environment()
+        self.env = simpy.Environment() if env is None else env
+        self.on_left: Callable[[list[Query]], None] | None = None  # told of every query that leaves (a router)
         self.device = Device(self.env, o.sharing, o.corun_slowdown, o.cores, corun_per_worker=o.corun_per_worker)
         if o.batch_costs is not None and o.host is None:
             raise ValueError("o.batch_costs need a o.host model")
@@ -216,8 +222,8 @@ class Simulation:
         self.n_exec = self.n_stages * pipeline.instances  # one executor of every stage of every instance
         self.mailbox: list = [None] * self.n_exec
         self.timer_at = math.inf  # when the front door's armed timer fires (inf: none armed)
-        self.groups = _groups(self.arrivals, self.front_door_times,
-                              after=self._through_pool if self.pool else None)
+        self.groups = None if external else _groups(self.arrivals, self.front_door_times,
+                                                    after=self._through_pool if self.pool else None)
         self.due_group = None  # the group of arrivals an armed timeout brings to the front door
         if o.host is None:
             self._build_direct_executors()
@@ -234,11 +240,18 @@ class Simulation:
         self.interpreter_lock = Device(env, "cores", 1.0, 1)  # one lock: processor sharing of capacity one
         if host.stall_prob > 0 or host.stall_cluster_prob:
             self.stalls = True
-            self.rng_stall = np.random.default_rng([seed, 2])
+            self.rng_stall = np.random.default_rng(self._seed(seed, 2))
             self.stall_levels = np.linspace(0.0, 1.0, len(host.stall_ms))
             self.stall_q = np.asarray(host.stall_ms, dtype=float)
             self.last_stall = -math.inf
             self.p_burst = host.stall_prob if host.stall_cluster_prob is None else host.stall_cluster_prob
+
+    def _seed(self, seed: int, *tail: int):
+        """The seed of one random stream; a cluster's replica beyond the first (``stream > 0``) has its own."""
+        stream = self.options.stream
+        if not stream:
+            return [seed, *tail] if tail else seed
+        return [seed, *tail, 1000 + stream] if tail else [seed, 1000 + stream]
 
     def _draw_stall(self) -> float:
         """A launch's host stall: one draw pair per launch, in launch order (deterministic per seed)."""
@@ -253,7 +266,7 @@ class Simulation:
 
     def _build_jitter(self, service_cv: float, seed: int) -> None:
         self.sigma = math.sqrt(math.log1p(service_cv * service_cv))
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(self._seed(seed))
 
     def _draw_jitter(self) -> float:
         """An execution's time factor: log-normal of mean 1 and coefficient of variation ``service_cv``."""
@@ -272,7 +285,7 @@ class Simulation:
         if isinstance(admission_delay_ms, (list, tuple)):
             self.admit_levels = np.linspace(0.0, 1.0, len(admission_delay_ms))
             self.admit_quantiles = np.asarray(admission_delay_ms, dtype=float)
-            self.rng_admit = np.random.default_rng([seed, 1])
+            self.rng_admit = np.random.default_rng(self._seed(seed, 1))
             self.last_seen = -math.inf
 
     def _build_transfer(self, transfer, batch_costs) -> None:
@@ -347,6 +360,40 @@ class Simulation:
             if d:
                 q.finish += d
         self.records.add_many(exited)
+        if self.on_left is not None:
+            self.on_left(exited)
+
+    def accept(self, queries: list[Query]) -> None:
+        """Queries a router hands this replica now (``external``): its front door sees them after its own
+        admission delay (and, with a memory pool, their copies), those seen at the same time together."""
+        now = self.env.now
+        if self.admission_delay_ms == 0 and self.admit_quantiles is None and not self.pool:
+            self._see(queries)
+            return
+        door = self.front_door_times(np.full(len(queries), now), carry=True)
+        if self.pool:
+            door = self._pool_visible(door, [q.seq_len for q in queries])
+        i, times = 0, door.tolist()
+        while i < len(queries):
+            j = i
+            while j < len(queries) and times[j] == times[i]:
+                j += 1
+            group = queries[i:j]
+            if times[i] > now:
+                self.env.timeout(times[i] - now).callbacks.append(partial(self._see, group))
+            else:
+                self._see(group)
+            i = j
+
+    def _see(self, queries: list[Query], _ev=None) -> None:
+        live, kept = self.live, self.kept
+        self.created += len(queries)
+        for q in queries:
+            live[q.qid] = q
+        if kept is not None:
+            kept.extend(queries)
+        self.pipeline.arrive_many(queries, self.env.now)
+        self.poke()
 
     def poke(self, self_k: int = -1) -> None:
         """Let the pipeline start what it can. An execution for another executor starts when its wake-up is
@@ -407,15 +454,8 @@ class Simulation:
     def _arrive(self, group) -> None:
         """A group of queries reaches the front door: they are made and the pipeline decides."""
         _t, first, times = group
-        lens, live, kept = self.lens, self.live, self.kept
-        queries = [Query(k, a, int(lens[k])) for k, a in enumerate(times, start=first)]
-        self.created += len(queries)
-        for q in queries:
-            live[q.qid] = q
-        if kept is not None:
-            kept.extend(queries)
-        self.pipeline.arrive_many(queries, self.env.now)
-        self.poke()
+        lens = self.lens
+        self._see([Query(k, a, int(lens[k])) for k, a in enumerate(times, start=first)])
 
     # ---------------------------------------------------------------- closed loop
     def closed_clients_send(self, n: int, delay: float):
@@ -614,10 +654,17 @@ class Simulation:
     def _start_processes(self) -> None:
         """The arrivals (or the closed loop's clients), then every executor's start-up, at time 0."""
         env = self.env
-        if self.closed_clients is None:
+        if self.external:
+            pass  # a router hands the queries in (see :meth:`accept`)
+        elif self.closed_clients is None:
             self._fire(self.next_arrivals, _URGENT)  # where the arrivals process would start
         else:
             env.process(self.closed_clients_send(self.closed_clients, 0.0))
+        self.start_executors()
+
+    def start_executors(self) -> None:
+        """Every executor's start-up, at time 0."""
+        env = self.env
         for k in range(self.n_exec):
             if self.host is None:
                 self._fire(partial(self._startup, k), _URGENT)
