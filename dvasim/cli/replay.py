@@ -10,12 +10,21 @@ machine without CUDA: ``dvasim: error: device: cuda is not available on this mac
 status 2, before anything runs or is written: ``--out`` (a folder that can be made), ``--threads`` (1..4 per
 logical CPU, at most 256), ``--warmup`` (0..1000), ``--target-qps`` (a finite number > 0), the config, and that
 ``[model] device`` is the table of the machine the replay runs on (``cpu`` on the CPU; on a GPU that GPU's, e.g.
-``h100`` on an H100): the policy decides with that table's times. ``--help`` works without torch. A failed stage exits with status 1 (the records so far are written); Ctrl-C stops the run,
-writes the records collected so far and exits with status 130.
+``h100`` on an H100): the policy decides with that table's times. ``--help`` works without torch. A failed stage
+exits with status 1 (the records so far are written).
+
+SIGINT (Ctrl-C) and SIGTERM stop the command within moments, whatever it is doing, with one line and status 130 or
+143 (128 + the signal's number): during the start-up (E-Ebird's co-run profile, the CUDA graphs' capture, the
+warm-up passes) the stop is taken between two steps, never inside a graph capture (a signal that comes during one
+is held until it ends), and nothing is written; during the run, admission stops, the running executions finish and
+the records collected so far are written (``summary.json`` says ``interrupted``). A second signal, or one while the
+files are written, stops at once (the files already written are whole). Without ``--loadgen``; with it, a signal
+ends the command as any command's (``dvasim: terminated by SIGTERM``).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from dvasim.cli.common import (
@@ -80,34 +89,64 @@ def cli_replay(argv: list[str]) -> int:
     except DvasimError as e:
         return error_line(e)
     try:
-        from dvasim.api import write_outputs
-        from dvasim.engines.replay.engine import ReplayError, write_executions
+        from dvasim.engines.replay.engine import ReplayError  # noqa: F401  (torch: the replay's own imports)
 
         check_model_device(args, dev)
     except ImportError as e:
         return needs_torch("replay", e)
     except DvasimError as e:
         return error_line(e)
-    try:
-        if args.loadgen:
-            try:
-                from dvasim.engines.replay.loadgen import replay_loadgen
-            except ImportError as e:
-                return error_line(f"--loadgen: needs mlcommons-loadgen ({e}); pip install mlcommons-loadgen", "replay")
-            result = replay_loadgen(args.config, args.out, overrides=args.set, device=dev, threads=threads,
-                                    target_qps=target, warmup=warmup)
-        else:
-            from dvasim.engines.replay.engine import replay
+    if args.loadgen:
+        try:
+            from dvasim.engines.replay.loadgen import replay_loadgen
+        except ImportError as e:
+            return error_line(f"--loadgen: needs mlcommons-loadgen ({e}); pip install mlcommons-loadgen", "replay")
+        return _finish(args, lambda: replay_loadgen(args.config, args.out, overrides=args.set, device=dev,
+                                                    threads=threads, target_qps=target, warmup=warmup))
+    from dvasim.cli.run import Interrupted, StopSignals
 
-            result = replay(args.config, overrides=args.set, device=dev, threads=threads, warmup=warmup)
+    stop = StopSignals()
+    with stop.installed():
+        try:
+            return _finish(args, lambda: _replay_stoppable(args, dev, threads, warmup, stop), stop)
+        except Interrupted as e:  # a second signal, or one while the files were written
+            print(f"dvasim replay: interrupted by {signal.Signals(e.signum).name}; the files in {args.out}/ are "
+                  "complete, those not yet written are missing", file=sys.stderr)
+            return 128 + e.signum
+
+
+def _replay_stoppable(args, dev: str, threads: int, warmup: int, stop):
+    """The replay with ``stop``'s request asked between the start-up's steps and during the run."""
+    from dvasim.engines.replay.engine import replay
+
+    return replay(args.config, overrides=args.set, device=dev, threads=threads, warmup=warmup, stop=stop.reason)
+
+
+def _finish(args, run, stop=None) -> int:
+    """``run()`` the replay, then write and report what it gave: the files and the summary, one line and the
+    status of a failure (1, its records so far written) or of a stop request during the start-up (128 + the
+    signal's number; nothing written)."""
+    from dvasim.api import write_outputs
+    from dvasim.engines.replay.engine import ReplayError, Stopped, write_executions
+
+    try:
+        result = run()
     except DvasimError as e:
         return error_line(e)
+    except Stopped as e:
+        signum = stop.signum if stop is not None and stop.signum is not None else signal.SIGINT
+        print(f"dvasim replay: {e}; nothing was written", file=sys.stderr)
+        return 128 + signum
     except ReplayError as e:
+        if stop is not None:
+            stop.soft = False
         partial = getattr(e, "run_result", None)
         if partial is not None:  # keep the records collected before the failure
             write_executions(partial, write_outputs(partial, args.out, figure=False))
         return error_line(e, "replay", 1)
-    return report_replay(args, result)
+    if stop is not None:
+        stop.soft = False  # a signal from now on stops at once (the files are written whole or not at all)
+    return report_replay(args, result, None if stop is None else stop.signum)
 
 
 def check_model_device(args, dev: str) -> None:
@@ -119,9 +158,9 @@ def check_model_device(args, dev: str) -> None:
     check_table_device(cfgmod.resolve(args.config, args.set)["model"], dev)
 
 
-def report_replay(args, result) -> int:
-    """Write a finished replay's files, print its summary and return the exit status (130 interrupted, 1 with a
-    query unfinished)."""
+def report_replay(args, result, signum: int | None = None) -> int:
+    """Write a finished replay's files, print its summary and return the exit status (128 + ``signum`` when
+    interrupted, the stop signal's number, 130 for Ctrl-C; 1 with a query unfinished)."""
     from dvasim.api import write_outputs
     from dvasim.engines.replay.engine import write_executions
 
@@ -133,9 +172,12 @@ def report_replay(args, result) -> int:
              if k in result.summary]
     for k in extra:
         print(f"  {k}  {result.summary[k]:.4g}")
-    if result.summary.get("interrupted"):
-        print("dvasim replay: interrupted; the records collected so far are written", file=sys.stderr)
-        return 130
+    if result.summary.get("interrupted") or signum is not None:
+        signum = signum if signum is not None else signal.SIGINT
+        what = ("the records collected so far are written" if result.summary.get("interrupted") else
+                "as the run ended (its results are written)")
+        print(f"dvasim replay: interrupted by {signal.Signals(signum).name}; {what}", file=sys.stderr)
+        return 128 + signum
     if result.stuck:
         print(f"dvasim: warning: {result.stuck}", file=sys.stderr)
         return 1

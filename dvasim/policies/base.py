@@ -10,7 +10,9 @@ lengths) and answers with operations:
   ``Schedule``): may return a :class:`Split`, a :class:`Stretch`, or a :class:`New` of the batch's own queries
   (*new* at a stage boundary: the batch continues as a fresh row of the batch table, the latest one, so that
   later queries may stretch it; what a LazyBatching-style preemption needs);
-* :meth:`Policy.next_wakeup` -- the next time the front door wants to be asked again (e.g. a batch window closes).
+* :meth:`Policy.next_wakeup` -- the next time the front door wants to be asked again (e.g. a batch window closes);
+* :meth:`Policy.lane_batch_sizes` -- optional: the only batch sizes it forms on a lane (E2bird's workers), so an
+  engine that prepares per batch size (the replay's CUDA graphs) prepares no others.
 
 Nothing here imports simpy or torch.
 """
@@ -153,6 +155,13 @@ class Policy(ABC):
     def next_wakeup(self, now: float) -> float:
         """The next time :meth:`admit` must be called even if nothing else happens (``inf`` if never)."""
         return math.inf
+
+    def lane_batch_sizes(self, lane: int) -> list[int] | None:
+        """The batch sizes (rows run) this policy can ever form on lane ``lane`` (model instance), or None: any
+        size up to its largest. Asked after the pipeline is built; an engine that prepares per batch size (the
+        replay's CUDA graphs and warm-up passes) prepares only these, so a policy that answers must never form
+        another size on that lane (the replay then stops with an error naming the stage and the shape)."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, **{k: getattr(self, k) for k in self.params if hasattr(self, k)}}

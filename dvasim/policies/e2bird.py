@@ -6,7 +6,8 @@ The engine (paper §6): a set of *workers*, each a model instance of its own (``
 the pipeline, which the pipeline creates from the policy: leave ``[engine] instances`` at 1) that runs the whole
 model on one batch of exactly its batch size at a time, all of them concurrently on the one device (the device's
 sharing model, ``[engine] sharing``). The policy names the worker of every batch it forms (``New(..., lane=k)``)
-and sees which workers are idle (``free_lane_indices()``).
+and sees which workers are idle (``free_lane_indices()``). A worker only ever runs batches of its own size, which the
+policy tells the engine (``lane_batch_sizes(k)``: the replay captures CUDA graphs for that size alone per worker).
 
 The memory pool (paper §5) is the engine's ``[engine.transfer] mode = "pool"`` (:mod:`dvasim.server.transfer`): the
 policy sees a query (it is *ready*, counted in ``N``) only once its input has been copied to the GPU. Without it
@@ -185,6 +186,13 @@ class _Ebird(Policy):
         L = _typical_len(view.profile, getattr(view, "input_lengths", None))
         if self.max_inf is None:  # every engine has a worker of 1 (checked, or added), so MaxInf >= 1 runs
             self._max_inf = max(default_max_inf(view.profile, view.qos_target_ms, sum(self.sizes), L), 1)
+
+    def lane_batch_sizes(self, lane: int) -> list[int] | None:
+        """A worker runs batches of exactly its own size (Algorithm 1 hands it ``batchsize`` inputs or none):
+        lane ``lane``'s one size. None before the workers are chosen (``instances_needed``)."""
+        if not self.sizes:
+            return None
+        return [self.sizes[lane]]
 
     @property
     def max_inf_used(self) -> int:

@@ -23,6 +23,12 @@ mean over the timed runs of the workers' mean latency (the paper's measure). Ans
   graph ops: one :class:`dvasim.model.stages.graphs.GraphStage` per worker slot and stage (two workers running at
   once never share a graph's buffers or memory pool), each shape captured when a combination first needs it.
 
+Stop requests (``stop``: a callable returning why to stop, or None; ``dvasim replay`` passes its signal handlers'
+answer): asked before each combination is measured, before each worker slot's graphs are captured and by every
+worker before each round of a co-run (a worker that sees it lets the others go too); the profile then raises
+:class:`dvasim.model.stages.graphs.Stopped` from :meth:`ReplayCoRun.average_ms`, with no graph capture open and
+every worker thread ended.
+
 Times are wall-clock measurements: they vary from run to run and with the machine's load, so an E-Ebird replay's
 engine (its workers and configurations) may differ between runs where combinations are close.
 """
@@ -31,9 +37,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from dvasim.model.stages.graphs import Stopped
 
 __all__ = ["ReplayCoRun"]
 
@@ -45,10 +54,11 @@ class ReplayCoRun:
     ``modules = "cudagraph"`` the eager modules its graphs are captured from); ``device``: ``"cpu"`` or
     ``"cuda"``; ``ops``: the CUDA calls (a :class:`CudaOps`; default the real one on CUDA) and, for graphs, the
     graph ops (default :func:`dvasim.model.stages.graphs.graph_ops` of the device); ``buckets``: the replay's
-    length buckets (graphs of token models)."""
+    length buckets (graphs of token models); ``stop``: the stop request (module docstring)."""
 
     def __init__(self, model, stages, *, device: str = "cpu", modules: str = "torchscript", ops=None,
-                 threads: int = 1, warmup: int = 2, repeats: int = 3, buckets=None, seed: int = 0):
+                 threads: int = 1, warmup: int = 2, repeats: int = 3, buckets=None, seed: int = 0,
+                 stop: Callable[[], str | None] | None = None):
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
         if int(repeats) < 1 or int(warmup) < 0:
@@ -72,6 +82,7 @@ class ReplayCoRun:
         self._inputs: dict[tuple, Any] = {}  # (batch size, length) -> synthetic input
         self._cache: dict[tuple, float] = {}
         self.measured = 0  # co-runs measured (cache misses)
+        self.stop = stop
 
     # ------------------------------------------------------------------ the profiler protocol
     def average_ms(self, batch_sizes: tuple[int, ...], seq_len: int | None = None) -> float:
@@ -81,9 +92,18 @@ class ReplayCoRun:
             raise ValueError(f"batch sizes must be a non-empty list of integers >= 1, got {batch_sizes!r}")
         key = (sizes, self.length(seq_len))
         if key not in self._cache:
+            self._check_stop()
             self._cache[key] = self._measure(*key)
             self.measured += 1
         return self._cache[key]
+
+    def _check_stop(self, why: str | None = None) -> None:
+        """Raise :class:`Stopped` if the stop request answers (or ``why`` is given: a worker saw it)."""
+        if why is None and self.stop is not None:
+            why = self.stop()
+        if why is not None:
+            raise Stopped(why, f"stopped by {why} during E-Ebird's co-run profile ({self.measured} combinations "
+                               "measured)")
 
     def cache_key(self) -> None:
         """None: the answers are measurements, never reused across searches (this object caches its own)."""
@@ -128,6 +148,7 @@ class ReplayCoRun:
             self._graphs.append([GraphStage(st, self._graph_ops, s, name=("corun", k, s))
                                  for s, st in enumerate(self.stages)])
         if (slot, b, L) not in self._captured:
+            self._check_stop()  # between two captures, never inside one
             carry = self._input(b, L)
             for s, st in enumerate(self.stages):  # each stage's input: the eager chain's carry at its boundary
                 self._graphs[slot][s].capture(carry)
@@ -181,26 +202,36 @@ class ReplayCoRun:
                 passes = self._passes(sizes, L)
                 if self.device == "cuda":
                     self._ops.synchronize()  # inputs and graphs made on the default stream: ready before timing
-            lat = _corun(passes, self.warmup + self.repeats, self.threads)
+            lat, why = _corun(passes, self.warmup + self.repeats, self.threads, self.stop)
         finally:
             torch.set_num_threads(before)
+        self._check_stop(why)
         timed = lat[self.warmup:]
         return sum(sum(r) / len(r) for r in timed) / len(timed)
 
 
-def _corun(passes: list, rounds: int, threads: int) -> list[list[float]]:
+def _corun(passes: list, rounds: int, threads: int,
+           stop: Callable[[], str | None] | None = None) -> tuple[list[list[float]], str | None]:
     """Run every callable of ``passes`` on a thread of its own, all started together at a barrier, ``rounds``
-    times; ``result[r][k]``: the ms worker ``k`` took in round ``r``. A worker that raises stops every round."""
+    times; returns ``(lat, why)``: ``lat[r][k]`` the ms worker ``k`` took in round ``r``, ``why`` what the stop
+    request said if a worker saw it before a round (every worker then stops; else None). A worker that raises
+    stops every round."""
     n = len(passes)
     lat = [[0.0] * n for _ in range(rounds)]
     gate = threading.Barrier(n)
     errors: list[BaseException] = []
+    stopped: list[str] = []
 
     def worker(k: int) -> None:
         torch.set_num_threads(threads)
         with torch.inference_mode():
             try:
                 for r in range(rounds):
+                    why = stop() if stop is not None else None
+                    if why is not None:
+                        stopped.append(why)
+                        gate.abort()  # the others, waiting or about to, stop too
+                        return
                     gate.wait()
                     t0 = time.perf_counter()
                     passes[k]()
@@ -218,4 +249,4 @@ def _corun(passes: list, rounds: int, threads: int) -> list[list[float]]:
         t.join()
     if errors:
         raise errors[0]
-    return lat
+    return lat, (stopped[0] if stopped else None)

@@ -32,7 +32,9 @@ Devices
   :class:`CudaOps`, so tests can substitute a recording stand-in; the real object is used unchanged wherever
   ``torch.cuda.is_available()``.
 * Stage modules (``[replay] modules``): ``"cudagraph"`` (the default on CUDA through ``"auto"``), every stage of
-  every lane captured by :func:`prepare` as CUDA graphs, one per batch size the policy can form and length bucket
+  every lane captured by :func:`prepare` as CUDA graphs, one per batch size the policy can form on that lane
+  (:meth:`dvasim.policies.base.Policy.lane_batch_sizes`: an E-Ebird or N-Ebird worker only its own size; other
+  policies ``1..max_batch_size``; the warm-up passes run the same sizes) and length bucket
   (the table's lengths: an execution of length ``L`` runs at the smallest bucket ``>= L``, :meth:`ReplayEngine.bucket`,
   which is :meth:`LatencyTable.bucket` for a bucketed table), one memory pool per executor; a launch copies its
   input rows into the graph's static input and replays the graph inside the executor's stream, between its waits
@@ -51,6 +53,13 @@ the simulator's ``[engine] launch_overhead_ms`` stands for. The buffer copies ar
 Robustness: an overload only queues (no query is dropped); a stage that raises stops the run with a
 :class:`ReplayStageError` naming the stage and the queries of the failed execution; SIGINT (Ctrl-C) stops
 admitting, lets the running executions finish and returns the records collected so far (``interrupted``).
+
+Stop requests: :func:`prepare`, :func:`replay` and :class:`ReplayEngine` take ``stop``, a callable returning why to
+stop (e.g. ``"SIGTERM"``) or None, as :func:`dvasim.api.run` does (``dvasim replay`` passes its signal handlers'
+answer). It is asked between two steps of the start-up (before each co-run combination of E-Ebird's offline
+profile and between its rounds, between two graph captures: :class:`Stopped` is raised, with no CUDA graph capture
+open), between the executors' warm-up passes, and by the front door on every wake-up (at most ``poll_s`` apart)
+during the run, which then stops as for SIGINT (``interrupted``).
 """
 
 from __future__ import annotations
@@ -74,6 +83,7 @@ from dvasim.core.pipeline import Execution, Pipeline
 from dvasim.core.query import Query
 from dvasim.model.stages.buffers import BufferSet, InputStore
 from dvasim.model.stages.cuda import CudaOps  # noqa: F401  (tests and callers name it here)
+from dvasim.model.stages.graphs import Stopped  # noqa: F401  (raised by prepare on a stop request)
 
 __all__ = [
     "CudaOps",
@@ -81,6 +91,7 @@ __all__ = [
     "ReplayResult",
     "ReplayStageError",
     "ReplayError",
+    "Stopped",
     "check_replay_config",
     "check_table_device",
 ]
@@ -173,15 +184,19 @@ class ReplayEngine:
     :mod:`dvasim.model.stages.buffers`. ``device`` is ``"cpu"`` or ``"cuda"``; ``cuda_ops`` replaces
     :class:`CudaOps` (tests). ``record_outputs`` keeps every query's output (for correctness checks).
     ``warmup`` untimed passes of every stage at every batch size ``1..warmup_rows`` (default: the buffers' rows)
-    run before the clock starts. ``on_exit(queries)`` is called (outside the lock) with the queries that left the pipeline, ``on_fail(error)``
-    once if the run fails.
+    run before the clock starts; ``lane_sizes[k]``, where given, replaces ``1..warmup_rows`` for lane ``k`` (the
+    sizes the policy forms there, :func:`lane_batch_sizes`). ``on_exit(queries)`` is called (outside the lock)
+    with the queries that left the pipeline, ``on_fail(error)`` once if the run fails. ``stop()`` (why to stop, or
+    None) is asked between warm-up passes and on every wake-up of the front door: an answer stops the run as
+    SIGINT does (see the module docstring).
     """
 
     def __init__(self, pipeline: Pipeline, stages, buffers: BufferSet, inputs: InputStore, *,
                  device: str = "cpu", cuda_ops=None, record_outputs: bool = False, threads: int = 1,
                  stage_labels: list[str] | None = None, on_exit: Callable[[list[Query]], None] | None = None,
                  warmup: int = 2, warmup_rows: int | None = None, poll_s: float = 0.05, spin_ms: float = 0.3, on_fail: Callable[[ReplayError], None] | None = None,
-                 lane_stages: list[list] | None = None, buckets: list[int] | None = None):
+                 lane_stages: list[list] | None = None, buckets: list[int] | None = None,
+                 lane_sizes: list[list[int] | None] | None = None, stop: Callable[[], str | None] | None = None):
         self.pipeline = pipeline
         self.n_stages = pipeline.n_stages
         if len(stages) != self.n_stages:
@@ -210,6 +225,10 @@ class ReplayEngine:
         self.warmup_passes = int(warmup)
         self.spin_s = float(spin_ms) / 1000.0
         self.warmup_rows = min(int(warmup_rows or buffers.max_rows), buffers.max_rows)
+        self.lane_sizes = list(lane_sizes) if lane_sizes is not None else [None] * n_lanes
+        if len(self.lane_sizes) != n_lanes:
+            raise ValueError(f"lane_sizes has {len(self.lane_sizes)} entries for {n_lanes} lanes")
+        self.stop_request = stop
         self.poll_s = float(poll_s)
 
         self.lock = threading.Condition(threading.RLock())
@@ -346,6 +365,8 @@ class ReplayEngine:
         with self.lock:
             while True:
                 now = self.clock()
+                if not self._interrupted and self.stop_request is not None and self.stop_request() is not None:
+                    self._interrupted = True  # a stop request: as SIGINT
                 if self._interrupted:
                     self._stopping = True
                 if self._stopping:
@@ -462,7 +483,9 @@ class ReplayEngine:
                 # replay uploads it to the device)
                 lengths = self.buckets or [self.buffers.max_len]
                 for _ in range(self.warmup_passes):
-                    for rows in range(1, self.warmup_rows + 1):
+                    if self.stop_request is not None and self.stop_request() is not None:
+                        break  # the front door stops the run at once
+                    for rows in self.warm_sizes(lane):
                         for L in lengths:
                             self.backend.warmup(k, lambda r=rows, n=L: self._warm(lane, stage, r, n))
             except Exception as e:  # a stage that cannot even run: fail the first execution it gets
@@ -505,6 +528,14 @@ class ReplayEngine:
                         self.lock.notify_all()
                 if done and self.on_exit is not None:
                     self.on_exit(done)
+
+    def warm_sizes(self, lane: int) -> list[int]:
+        """The batch sizes lane ``lane`` is warmed up at: its ``lane_sizes`` where given (up to the buffers'
+        rows), else ``1..warmup_rows``."""
+        sizes = self.lane_sizes[lane]
+        if sizes is None:
+            return list(range(1, self.warmup_rows + 1))
+        return [b for b in sorted(set(sizes)) if 1 <= b <= self.buffers.max_rows]
 
     def _warm(self, lane: int, stage: int, rows: int, L: int | None = None) -> None:
         L = self.buffers.max_len if L is None else L
@@ -657,7 +688,8 @@ def _stages(model, resolved, bounds: list[int], kind: str, device: str) -> list:
 
 
 def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", record_states: bool = False,
-            seq_lens=None, table=None, cuda_ops=None, threads: int = 1) -> ReplaySetup:
+            seq_lens=None, table=None, cuda_ops=None, threads: int = 1,
+            stop: Callable[[], str | None] | None = None) -> ReplaySetup:
     """Resolve ``config`` and build the pipeline, the real stage modules, the buffers and the inputs.
 
     ``seq_lens`` replaces the workload's input lengths as the input samples (LoadGen's sample library).
@@ -665,7 +697,8 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
     policy decides with, e.g. the one the simulator is given in ``dvasim validate --table serving``, so both
     engines make their decisions from the same numbers. A policy that profiles co-running workers (E-Ebird) gets
     the replay's profiler (:class:`dvasim.engines.replay.corun.ReplayCoRun`: measured on these stage modules,
-    with ``threads`` intra-op threads on the CPU, the replay's setting).
+    with ``threads`` intra-op threads on the CPU, the replay's setting). ``stop()`` (why to stop, or None) is
+    asked between the profile's co-runs and between graph captures: an answer raises :class:`Stopped` there.
     """
     cfg, resolved, policy, workload = _checked(config, overrides, device, table)
     profile = resolved.table
@@ -677,7 +710,7 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
         from dvasim.engines.replay.corun import ReplayCoRun
 
         corun = ReplayCoRun(model, stages, device=dev, modules=kind, ops=cuda_ops, threads=threads,
-                            buckets=buckets, seed=int(cfg["workload"].get("seed", 0)))
+                            buckets=buckets, seed=int(cfg["workload"].get("seed", 0)), stop=stop)
     eng = cfg["engine"]
     pipeline = Pipeline(profile, policy, eng["buffer_pairs"], record_states=record_states,
                         instances=eng["instances"], qos_target_ms=cfg["qos"]["target_ms"],
@@ -688,7 +721,7 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
     setup = ReplaySetup(cfg, resolved, policy, workload, pipeline, model, stages, labels, buffers, inputs, device,
                         buckets=buckets)
     if kind == "cudagraph":
-        setup.lane_stages = _graph_stages(setup, cuda_ops)
+        setup.lane_stages = _graph_stages(setup, cuda_ops, stop=stop)
     return setup
 
 
@@ -830,21 +863,48 @@ def modules_for(kind: str, device: str) -> str:
     return kind
 
 
-def _graph_stages(setup: ReplaySetup, cuda_ops=None) -> list[list]:
-    """Every stage of every lane captured at every batch size the policy can form and every length bucket."""
+def lane_batch_sizes(policy, lanes: int, top: int) -> list[list[int] | None]:
+    """Per lane, the batch sizes ``policy`` can form there (its :meth:`~dvasim.policies.base.Policy.lane_batch_sizes`)
+    or None where it may form any size ``1..top``. A size outside ``1..top`` (the buffers' rows) is refused."""
+    ask = getattr(policy, "lane_batch_sizes", None)
+    out: list[list[int] | None] = []
+    for lane in range(lanes):
+        sizes = ask(lane) if callable(ask) else None
+        if sizes is not None:
+            sizes = sorted({int(b) for b in sizes})
+            if not sizes or sizes[0] < 1 or sizes[-1] > top:
+                raise ValueError(f"policy {getattr(policy, 'name', policy)!r}: lane {lane}'s batch sizes {sizes} "
+                                 f"are not a non-empty subset of 1..{top}")
+        out.append(sizes)
+    return out
+
+
+def graph_batch_sizes(setup: ReplaySetup) -> list[list[int]]:
+    """Per lane, the batch sizes its CUDA graphs are captured at: the policy's own for the lane
+    (:func:`lane_batch_sizes`), else ``1..top`` (top: the policy's ``max_batch_size``, or the table's largest)."""
+    top = int(getattr(setup.policy, "max_batch_size", None) or setup.profile.max_batch_size)
+    top = min(top, setup.buffers.max_rows)
+    given = lane_batch_sizes(setup.policy, setup.pipeline.instances, setup.buffers.max_rows)
+    return [list(range(1, top + 1)) if sizes is None else sizes for sizes in given]
+
+
+def _graph_stages(setup: ReplaySetup, cuda_ops=None, stop: Callable[[], str | None] | None = None) -> list[list]:
+    """Every stage of every lane captured at every batch size the policy can form on that lane
+    (:func:`graph_batch_sizes`) and every length bucket; ``stop`` asked between captures."""
     from dvasim.model.stages.graphs import capture_stages, graph_ops
 
     ops = cuda_ops if cuda_ops is not None else graph_ops(setup.buffers.device if setup.device == "cuda" else "cpu")
-    top = int(getattr(setup.policy, "max_batch_size", None) or setup.profile.max_batch_size)
-    top = min(top, setup.buffers.max_rows)
-    return capture_stages(setup.stages, setup.buffers, ops, range(1, top + 1), setup.buckets or [1],
+    sizes = graph_batch_sizes(setup)
+    return capture_stages(setup.stages, setup.buffers, ops, lambda lane: sizes[lane], setup.buckets or [1],
                           lanes=setup.pipeline.instances,
-                          progress=bool(setup.cfg["engine"].get("progress")) or sys.stderr.isatty())
+                          progress=bool(setup.cfg["engine"].get("progress")) or sys.stderr.isatty(), stop=stop)
 
 
 def make_engine(setup: ReplaySetup, device: str | None = None, **kwargs) -> ReplayEngine:
-    """The engine for ``setup`` (``device`` overrides the setup's, e.g. the CUDA path with a stand-in)."""
+    """The engine for ``setup`` (``device`` overrides the setup's, e.g. the CUDA path with a stand-in); its
+    warm-up runs each lane's batch sizes as the policy announces them (:func:`lane_batch_sizes`)."""
     kwargs.setdefault("warmup_rows", getattr(setup.policy, "max_batch_size", None))
+    kwargs.setdefault("lane_sizes", lane_batch_sizes(setup.policy, setup.pipeline.instances, setup.buffers.max_rows))
     return ReplayEngine(setup.pipeline, setup.stages, setup.buffers, setup.inputs,
                         device=device or setup.device, stage_labels=setup.labels, lane_stages=setup.lane_stages,
                         buckets=setup.buckets, **kwargs)
@@ -921,12 +981,15 @@ def to_run_result(setup: ReplaySetup, res: ReplayResult, extra_summary: dict | N
 
 def replay(config, overrides: list[str] | None = None, *, device: str = "cpu", threads: int = 1,
            record_outputs: bool = False, record_states: bool = False, cuda_ops=None, warmup: int = 2,
-           table=None):
+           table=None, stop: Callable[[], str | None] | None = None):
     """Replay one config on real torch execution; returns a :class:`dvasim.api.RunResult` like
-    :func:`dvasim.api.run` (``extra["replay"]`` holds the :class:`ReplayResult`)."""
+    :func:`dvasim.api.run` (``extra["replay"]`` holds the :class:`ReplayResult`). ``stop()`` (why to stop, or
+    None): during the start-up an answer raises :class:`Stopped` (nothing ran), during the run it stops the run as
+    SIGINT does (the result is ``interrupted``)."""
     setup = prepare(config, overrides, device=device, record_states=record_states, table=table, cuda_ops=cuda_ops,
-                    threads=threads)
-    engine = make_engine(setup, record_outputs=record_outputs, threads=threads, cuda_ops=cuda_ops, warmup=warmup)
+                    threads=threads, stop=stop)
+    engine = make_engine(setup, record_outputs=record_outputs, threads=threads, cuda_ops=cuda_ops, warmup=warmup,
+                         stop=stop)
     try:
         res = engine.run(setup.workload.arrivals_ms, setup.workload.seq_lens,
                          closed_clients=setup.workload.closed_clients, think_ms=setup.workload.think_ms)

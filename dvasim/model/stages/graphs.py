@@ -4,9 +4,22 @@ Measured on an H100 (``traces/h100_replays/README.md``), a BERT-base stage at ba
 as TorchScript and 0.25-0.3 ms as a replayed CUDA graph; ResNet152's launch costs 14.5 ms per forward for 2.6 ms of
 GPU work. Serving stacks run small batches as graphs for that reason: TensorRT and Triton's TensorRT backend keep
 one per batch size, vLLM and SGLang one per batch-size bucket. Here every stage is captured once per batch size
-the policy can form (``1..max_batch_size``) and, for token models, per length bucket (the table's profiled lengths;
-an execution's input is padded up to its bucket with padding tokens, which BERT's mask ignores), per model
-instance (two executors never share a graph's buffers), at start-up, with a progress bar.
+the policy can form on that model instance (``1..max_batch_size``, or only the sizes the policy says the instance
+runs: :meth:`dvasim.policies.base.Policy.lane_batch_sizes`, e.g. an E-Ebird worker's own size) and, for token
+models, per length bucket (the table's profiled lengths; an execution's input is padded up to its bucket with
+padding tokens, which BERT's mask ignores), per model instance (two executors never share a graph's buffers), at
+start-up, with a progress bar. An execution of a shape that was not captured stops the replay with an error
+naming the stage, the shape and the batch sizes captured (:class:`MissingGraph`): there is no eager fallback.
+
+Stopping the capture
+--------------------
+A capture runs eager warm-up passes and then records every kernel of the stage into the graph; an exception
+raised between ``capture_begin`` and ``capture_end`` (a signal's handler raising in the middle of a forward) can
+leave the CUDA context unusable. So: :func:`capture_stages` takes a ``stop`` request (a callable returning why to
+stop, or None) and asks it between two captures only, raising :class:`Stopped` there, with no capture open; and
+while one graph is captured on the main thread, SIGINT and SIGTERM are held back (:func:`signals_held`) and
+delivered, to whatever handler was installed, as soon as that capture has ended (one capture: well under a
+second for the H100 models).
 
 Static buffers and the buffer pairs
 -----------------------------------
@@ -51,14 +64,64 @@ a wall clock, so the whole path, the GPU profiler's included, runs and is tested
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
 from dvasim.model.stages.buffers import flatten, unflatten
 
-__all__ = ["CpuGraphs", "GraphStage", "capture_stages", "graph_ops"]
+__all__ = ["CpuGraphs", "GraphStage", "MissingGraph", "Stopped", "capture_stages", "graph_ops", "lane_sizes",
+           "signals_held"]
+
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # held back while a graph is captured (see the module docstring)
+
+
+class Stopped(Exception):
+    """A stop request ended a start-up phase (the graphs' capture, E-Ebird's co-run profile) between two of its
+    steps, with no capture open. ``reason``: what the stop request said (e.g. ``"SIGTERM"``)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class MissingGraph(KeyError):
+    """An execution's input shape has no captured graph (the policy formed a batch size it said the lane would
+    never run, or a length outside the buckets): the replay stops with this, never falls back to eager."""
+
+    def __str__(self) -> str:  # KeyError's own would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back for the block and then delivered (``signal.raise_signal``) to the handlers
+    that were installed before it, in the order they came; a no-op off the main thread (where Python runs no
+    handler anyway). Around one graph capture: no handler can raise inside it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {}
+    try:
+        for s in HELD_SIGNALS:
+            previous[s] = signal.signal(s, lambda signum, _frame: came.append(signum))
+    except ValueError:  # pragma: no cover - not the main interpreter
+        pass
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            if handler is None:  # installed outside Python: give back Python's default
+                handler = signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL
+            signal.signal(s, handler)
+        for s in dict.fromkeys(came):  # each signal once, as the kernel would have merged them
+            signal.raise_signal(s)
 
 
 def graph_ops(device) -> Any:
@@ -151,7 +214,12 @@ class GraphStage:
         return [x for x in leaves if x is not None]
 
     def _capture(self, static: list) -> None:
-        self.graphs[self._key(static)] = self.ops.capture_graph(self._fn, static, pool=self.pool)
+        with signals_held():  # no signal handler may raise inside an open capture (module docstring)
+            self.graphs[self._key(static)] = self.ops.capture_graph(self._fn, static, pool=self.pool)
+
+    def batch_sizes(self) -> list[int]:
+        """The batch sizes (rows) captured, ascending."""
+        return sorted({key[0][0] for key in self.graphs if key and key[0]})
 
     def capture(self, carry) -> None:
         """Capture the graph for ``carry``'s shapes, on a private copy of ``carry`` as its static input."""
@@ -175,8 +243,10 @@ class GraphStage:
         tensors = [x for x in leaves if x is not None]
         graph = self.graphs.get(self._key(tensors))
         if graph is None:
-            raise KeyError(f"stage {self.stage}: no CUDA graph captured for input shapes "
-                           f"{[tuple(t.shape) for t in tensors]} (captured: {len(self.graphs)} shapes)")
+            raise MissingGraph(f"stage {self.stage} (graphs {self.name}): no CUDA graph captured for input shapes "
+                               f"{[tuple(t.shape) for t in tensors]} (captured: {len(self.graphs)} shapes, batch "
+                               f"sizes {self.batch_sizes()}); the policy formed a batch its lane_batch_sizes did "
+                               "not announce, or an input length is outside the length buckets")
         t0 = time.perf_counter()
         for dst, src in zip(graph["inputs"], tensors):
             dst.copy_(src, non_blocking=True)  # the one device copy per launch
@@ -186,26 +256,57 @@ class GraphStage:
         return unflatten(graph["structure"], list(graph["out"]))
 
 
-def capture_stages(eager_stages, buffers, ops, batch_sizes, lengths, lanes: int = 1, progress: bool = True):
-    """Capture every stage of every lane at every (batch size, length): ``result[lane][stage]`` is a
-    :class:`GraphStage` (one memory pool each). The example inputs are the buffers' own rows (whatever they
-    hold), so the shapes and dtypes are exactly those the executions will pass. Longest length first, then
-    largest batch first (see the module docstring: the smaller graphs reuse the larger ones' memory)."""
+def lane_sizes(batch_sizes, lanes: int) -> list[list[int]]:
+    """``batch_sizes`` (the sizes of every lane, or a callable ``lane -> sizes``) as one ascending list of
+    distinct sizes per lane."""
+    out = []
+    for lane in range(lanes):
+        sizes = batch_sizes(lane) if callable(batch_sizes) else batch_sizes
+        sizes = sorted({int(b) for b in sizes})
+        if not sizes or sizes[0] < 1:
+            raise ValueError(f"lane {lane}: batch sizes must be a non-empty list of integers >= 1, got {sizes}")
+        out.append(sizes)
+    return out
+
+
+def capture_stages(eager_stages, buffers, ops, batch_sizes: Iterable[int] | Callable[[int], Iterable[int]],
+                   lengths, lanes: int = 1, progress: bool = True, stop: Callable[[], str | None] | None = None):
+    """Capture every stage of every lane at each of its batch sizes and every length: ``result[lane][stage]`` is a
+    :class:`GraphStage` (one memory pool each). ``batch_sizes``: the sizes of every lane, or a callable giving
+    lane ``k``'s (a policy's :meth:`~dvasim.policies.base.Policy.lane_batch_sizes`: an E-Ebird worker captures its
+    own size only). The example inputs are the buffers' own rows (whatever they hold), so the shapes and dtypes
+    are exactly those the executions will pass. Longest length first, then largest batch first (see the module
+    docstring: the smaller graphs reuse the larger ones' memory).
+
+    ``stop()`` (why to stop, or None) is asked before the first capture and after each one, never during one:
+    once it answers, :class:`Stopped` is raised with no capture open (the graphs captured so far are dropped)."""
     lengths = sorted(set(lengths or [1]), reverse=True)
-    sizes = sorted(set(int(b) for b in batch_sizes))
-    total = lanes * len(eager_stages) * len(sizes) * len(lengths)
+    per_lane = lane_sizes(batch_sizes, lanes)
+    total = len(eager_stages) * len(lengths) * sum(len(sizes) for sizes in per_lane)
     from dvasim.progress import progress_bar
 
     bar = progress_bar(total, enabled=progress, desc="capturing CUDA graphs", unit="graph", leave=False)
+    done = [0]
+
+    def between() -> None:  # after each capture (and before the first): the progress bar, the stop request
+        why = stop() if stop is not None else None
+        if why is not None:
+            raise Stopped(why, f"stopped by {why} while capturing CUDA graphs ({done[0]} of {total} captured)")
+
+    def captured() -> None:
+        done[0] += 1
+        bar.update(1)
+        between()
+
     out = []
     try:
-        for lane in range(lanes):
+        between()
+        for lane, sizes in enumerate(per_lane):
             row = []
             for s, st in enumerate(eager_stages):
                 g = GraphStage(st, ops, s, name=(lane, s))
                 for L in lengths:
-                    g.capture_rows(buffers.read(lane, s, 0, range(sizes[-1]), L), sizes,
-                                   on_each=lambda: bar.update(1))
+                    g.capture_rows(buffers.read(lane, s, 0, range(sizes[-1]), L), sizes, on_each=captured)
                 row.append(g)
             out.append(row)
     finally:
