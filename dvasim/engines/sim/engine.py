@@ -360,6 +360,8 @@ class Simulation:
             if d:
                 q.finish += d
         self.records.add_many(exited)
+        if self.bar is not None:  # served or refused (a queue policy's), every query that leaves counts
+            self.bar.update(len(exited))
         if self.on_left is not None:
             self.on_left(exited)
 
@@ -480,15 +482,13 @@ class Simulation:
 
     # ---------------------------------------------------------------- stage executions
     def after_finish(self, ex) -> None:
-        """A stage execution is done: the pipeline moves its queries on; those that left update the progress bar
-        and, in a closed loop, bring their clients' next queries."""
+        """A stage execution is done: the pipeline moves its queries on; those that left, in a closed loop, bring
+        their clients' next queries (they update the progress bar as they leave, :meth:`on_exit`)."""
         pipeline = self.pipeline
         n_before = pipeline.n_exited
         pipeline.finish(ex, self.env.now)
         n_exited = pipeline.n_exited - n_before
         if n_exited:
-            if self.bar is not None:
-                self.bar.update(n_exited)
             if self.closed_clients is not None:  # the answers reach the clients after any completion-thread work
                 self.env.process(self.closed_clients_send(n_exited, self.think_ms + self.answer_delay))
 
