@@ -1,7 +1,7 @@
 """A corpus of bad inputs found by fuzzing (issue 11; every subcommand, issue 23): each must give one line naming
 the field and the fix, exit status 2, no traceback, and nothing written -- checked before any work starts.
 
-``dvasim run``'s cases first; then, for sweep, fit, validate, profile, compare, policies, replay and capacity, the
+``dvasim run``'s cases first; then, for sweep, fit, validate, profile, compare, policies, replay, capacity and plan, the
 issue's repro cases as seeds, mutations of good inputs generated per command (a few in ``make test``, more in
 ``make fuzz``: DVASIM_FUZZ_EXAMPLES), and the cases ``make fuzz`` found, kept in tests/corpus/ and replayed on every
 run. A tripwire stops (or, for the simulator's commands, counts) the work, so a refusal after work started is
@@ -472,6 +472,9 @@ GOOD = {
                           {"sweep.toml": good_sweep()}),
     "capacity": lambda: Case("capacity", ["capacity", "{W}/run.toml", "--slo-ms", "50", "--out", "{W}/out",
                                           "--max-queries", "2000", "--resolution", "0.2"], {"run.toml": RUN_TOML}),
+    "plan": lambda: Case("plan", ["plan", "{W}/run.toml", "--qps", "200", "--slo-ms", "50", "--out", "{W}/out",
+                                  "--max-queries", "2000", "--resolution", "0.2", "--per-replica-queries", "300",
+                                  "--no-headroom", "--quiet"], {"run.toml": RUN_TOML}),
     "compare": lambda: Case("compare", ["compare", "--quick", "--models", "vgg19", "--policies", "zerobatch",
                                         "--queries", "100", "--workers", "1", "--out", "{W}/out"]),
     "fit": lambda: Case("fit", ["fit", "{W}/r", "--out", "{W}/engine.toml"], replay_folder_files()),
@@ -490,6 +493,8 @@ OPTIONS = {
     "sweep": ["--out", "--workers", "--dask", "--stack", "--engine"],
     "capacity": ["--slo-ms", "--percentile", "--out", "--set", "--confidence", "--resolution", "--lo", "--hi",
                  "--max-queries", "--stack", "--engine"],
+    "plan": ["--qps", "--slo-ms", "--percentile", "--replicas", "--router", "--policies", "--seeds", "--out", "--set",
+             "--confidence", "--resolution", "--max-queries", "--per-replica-queries", "--stack", "--engine"],
     "compare": ["--models", "--device", "--queries", "--workers", "--seed", "--peak", "--slo-ms", "--out",
                 "--policies", "--stack", "--engine"],
     "fit": ["--out", "--launch-table", "--gpu-table", "--modules", "--host-cores", "--operators", "--table"],
@@ -725,9 +730,9 @@ def test_seed_cases_are_refused_before_any_work(case, tmp_path, capsys, monkeypa
 
 # ----------------------------------------------------------------------------- generated cases and the grown corpus
 # examples per command: `make test` a few; `make fuzz` a share of DVASIM_FUZZ_EXAMPLES (the torch commands the least)
-DEFAULT_EXAMPLES = {"sweep": 4, "capacity": 3, "compare": 3, "fit": 5, "policies": 6, "profile": 2, "replay": 2,
+DEFAULT_EXAMPLES = {"sweep": 4, "capacity": 3, "plan": 3, "compare": 3, "fit": 5, "policies": 6, "profile": 2, "replay": 2,
                     "validate": 2}
-FUZZ_SHARE = {"sweep": 4, "capacity": 10, "compare": 10, "fit": 4, "policies": 10, "profile": 20, "replay": 20,
+FUZZ_SHARE = {"sweep": 4, "capacity": 10, "plan": 10, "compare": 10, "fit": 4, "policies": 10, "profile": 20, "replay": 20,
               "validate": 20}
 
 

@@ -6,6 +6,7 @@
     dvasim config [SECTION] [--reference]                every config key: type, range, default, help
     dvasim compare [--models ...] [--policies ...] [--queries N] [--workers W] [--out DIR] [--stack NAME]
     dvasim capacity CONFIG.toml --slo-ms MS --out DIR [--stack NAME] [--engine ENGINE.toml]
+    dvasim plan CONFIG.toml --qps X --slo-ms MS --out DIR [--policies A,B] [--seeds K] [--router R] [--replicas N]
     dvasim sweep SWEEP.toml --out DIR [--stack NAME] [--engine ENGINE.toml]
     dvasim profile --model NAME --stages N --device cpu|cuda --batch-sizes 1,2,4 --out FILE.csv   (needs torch)
     dvasim replay CONFIG.toml --out DIR [--loadgen]       real torch execution of the config (needs torch)
@@ -19,7 +20,7 @@ any command quietly, with status 141 (the shell's for SIGPIPE).
 
 The command line is the top layer: it may import every layer below it, and nothing in the package imports it but
 ``dvasim.__main__``. One module per subcommand, each with its arguments and its command function (``run``,
-``policies``, ``stacks``, ``config``, ``compare``, ``capacity``, ``sweep``, ``fit``, ``profile``, ``replay``, ``validate``);
+``policies``, ``stacks``, ``config``, ``compare``, ``capacity``, ``plan``, ``sweep``, ``fit``, ``profile``, ``replay``, ``validate``);
 what several share (the common arguments, the printed summary, the version) is in :mod:`dvasim.cli.common`. This
 module keeps :func:`main`, the dispatch.
 """
@@ -62,14 +63,14 @@ SELF_PARSED = (
 
 
 def build_parser() -> OneLineParser:
-    """``dvasim``'s parser: the subcommands parsed here (each module's ``add_parser``: run, capacity, sweep,
+    """``dvasim``'s parser: the subcommands parsed here (each module's ``add_parser``: run, capacity, plan, sweep,
     policies, stacks, config) and, for ``dvasim -h``, the ones that parse their own arguments."""
-    from dvasim.cli import capacity, config, policies, run, stacks, sweep
+    from dvasim.cli import capacity, config, plan, policies, run, stacks, sweep
 
     parser = OneLineParser(prog="dvasim", description=__doc__.split("\n")[0])
     parser.add_argument("--version", "-V", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (run, capacity, sweep, policies, stacks, config):
+    for command in (run, capacity, plan, sweep, policies, stacks, config):
         command.add_parser(sub)
     for name, help_ in SELF_PARSED:
         sub.add_parser(name, help=help_)

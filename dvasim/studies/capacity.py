@@ -1,10 +1,12 @@
 """Capacity under a latency SLO: the highest offered rate whose ``percentile``-th latency stays within ``slo_ms``.
 
-For any config with an open-loop rate (``[workload] kind = "poisson"`` or ``"uniform"``; the config's other
-workload keys are kept), :func:`capacity` brackets the capacity and bisects it:
+For any config with an open-loop rate (``[workload] kind = "poisson"``, ``"uniform"``, ``"gamma"`` or ``"trace"``,
+a trace scaled to the probe's rate; the config's other workload keys are kept), :func:`capacity` brackets the
+capacity and bisects it:
 
 1. **Bracket.** From ``lo`` (default: 1 qps) and ``hi`` (default: twice the throughput bound of the table: the
-   best ``b / T(b)`` of the slowest stage, times the instances), ``hi`` is doubled until a probe fails, at most
+   best ``b / T(b)`` of the slowest stage, times the instances and ``[cluster] replicas``), ``hi`` is doubled until
+   a probe fails, at most
    ``max_doublings`` times; a bracket top that was never exceeded is flagged (``top_exceeded = false``: the
    capacity is at least the reported value).
 2. **Bisect** in log scale until ``hi / lo - 1 <= resolution`` (default 2%); the capacity is ``lo``.
@@ -61,7 +63,7 @@ from dvasim.reporting.intervals import Interval, compare_label, over_seeds, rela
 from dvasim.schema import Key, Section
 from dvasim.workload.arrivals import MAX_QUERIES
 
-RATE_KINDS = ("poisson", "uniform")
+RATE_KINDS = ("poisson", "uniform", "gamma", "trace")  # a rate a probe can set (a trace: scaled to it)
 MIN_RESOLUTION = 1e-4  # finer than this the probes' own noise decides, not the bisection
 MAX_BISECTIONS = 64  # from MAX_RATE_QPS * 2**MAX_DOUBLINGS down to 1e-4 takes under 30
 MAX_DOUBLINGS = 30
@@ -137,7 +139,7 @@ def prepare(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[
     raw = _rate_config(config, overrides, engine)
     cfg = cfgmod.resolve(raw)
     profile = load_profile(cfg["model"])
-    bound = throughput_bound_qps(profile, cfg["engine"]["instances"])
+    bound = throughput_bound_qps(profile, cfg["engine"]["instances"]) * cfg["cluster"]["replicas"]
     default_hi = hi is None
     lo = 1.0 if lo is None else float(lo)
     hi = 2.0 * float(bound) if hi is None else float(hi)
@@ -313,6 +315,7 @@ def check_options(options: dict[str, Any], *, stack: str | None = None, where: s
 def probe_config(raw: dict[str, Any], rate: float, n: int, seed: int) -> dict[str, Any]:
     """The config of one probe: ``raw`` (copied) at ``rate`` with ``n`` queries and ``seed``, without progress."""
     trial = copy.deepcopy(raw)
+    trial["workload"].pop("time_scale", None)  # a trace is scaled to the probe's rate instead
     trial["workload"].update(rate_qps=float(rate), n_queries=int(n), seed=seed)
     trial.setdefault("engine", {})["progress"] = False
     return trial

@@ -1,0 +1,140 @@
+"""``dvasim plan CONFIG.toml --qps X --slo-ms Y [--percentile 99] --out DIR``: how many GPUs (replicas behind a
+router) serve X qps with the percentile's latency within Y ms (:func:`dvasim.studies.plan.plan`); with
+``--replicas N`` the inverse: what N replicas hold (:func:`dvasim.studies.plan.replicas_hold`).
+
+Per policy (``--policies a,b,c``; default the config's): one replica's capacity, the fewest replicas found by probes
+of the cluster itself at X qps, a confirming run at that count (stable, within the SLO, each replica's utilisation)
+and the headroom there (what that many replicas hold, over X), each with its interval over ``--seeds K`` and the
+serving stack and router named; policies whose counts (or capacities) differ by less than their intervals are
+printed as a tie. Written to DIR/plan.json and DIR/plan.csv (one row per policy), whole. Every setting is checked
+before the first probe; the limits: ``--qps`` up to 1e9, ``--replicas`` 1..1024, ``--seeds`` 1..100, a probe's
+queries at most 20 million.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dvasim.cli.capacity import show_probe, strict_json
+from dvasim.cli.common import add_stack_arguments, check_stack, set_help
+from dvasim.errors import check_out_dir
+from dvasim.outputs import output_error, write_text
+
+
+def add_parser(sub) -> None:
+    """``dvasim plan``'s arguments."""
+    p = sub.add_parser("plan", help="the fewest GPUs (replicas behind a router) that serve a rate within a "
+                                    "latency SLO, per policy, with error bars; --replicas N: what N replicas hold")
+    p.add_argument("config", help="TOML config with [workload] kind = \"poisson\" or \"uniform\"")
+    p.add_argument("--qps", type=float, default=None, help="the rate to serve (queries per second)")
+    p.add_argument("--slo-ms", type=float, required=True, help="the latency SLO (ms)")
+    p.add_argument("--percentile", type=float, default=99.0, help="the percentile the SLO bounds (default 99)")
+    p.add_argument("--replicas", type=int, default=None,
+                   help="the inverse question: the highest rate N replicas serve within the SLO (1..1024)")
+    p.add_argument("--router", default=None, help="the front end's router (over the config's [cluster] router: "
+                   "round_robin, random, join_shortest_queue, power_of_two, least_work)")
+    p.add_argument("--policies", default=None, metavar="A,B,...",
+                   help="plan for each of these policies (each with its defaults, the config's own with its "
+                        "[policy]); default: the config's policy")
+    p.add_argument("--seeds", type=int, default=1, help="independent searches per policy (1..100): intervals")
+    p.add_argument("--out", required=True, help="output directory (plan.json, plan.csv)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help=set_help())
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence of each probe's verdict (0.95)")
+    p.add_argument("--resolution", type=float, default=0.02, help="capacity searches' resolution (0.02)")
+    p.add_argument("--max-queries", type=int, default=64_000, help="most queries in one single-replica probe")
+    p.add_argument("--per-replica-queries", type=int, default=2000,
+                   help="a cluster probe's queries per replica, at least (2000)")
+    p.add_argument("--no-headroom", action="store_true", help="skip the capacity search at the answer's count")
+    p.add_argument("--quiet", action="store_true", help="do not print the probes")
+    add_stack_arguments(p, every=True)
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args) -> int:
+    from dvasim.errors import UsageError
+    from dvasim.studies.plan import plan, replicas_hold
+
+    check_stack(args.stack)
+    check_out_dir(args.out)
+    if (args.qps is None) == (args.replicas is None):
+        raise UsageError("--qps", "give --qps X (the fewest replicas for X qps) or --replicas N (what N hold), "
+                                  "one of them")
+    names = None if args.policies is None else [x.strip() for x in args.policies.split(",") if x.strip()]
+    kw = dict(percentile=args.percentile, seeds=args.seeds, router=args.router, overrides=args.set,
+              engine=args.engine, stack=args.stack, confidence=args.confidence, resolution=args.resolution,
+              max_queries=args.max_queries, per_replica_queries=args.per_replica_queries, policies=names,
+              progress=None if args.quiet else show_probe)
+    if args.replicas is not None:
+        res = replicas_hold(args.config, args.replicas, args.slo_ms, **kw)
+    else:
+        res = plan(args.config, args.qps, args.slo_ms, headroom=not args.no_headroom, **kw)
+    out = Path(args.out)
+    _write(res, out)
+    print(plan_text(res, args), end="")
+    return 0
+
+
+def plan_rows(res: dict) -> list[dict]:
+    """One row per policy: the answer and its intervals (plan.csv)."""
+    rows = []
+    for name, p in res["by_policy"].items():
+        if "qps" in res:  # the fewest replicas for a rate
+            c = p["confirmation"]
+            row = {"policy": name, "stack": p["stack"], "router": p["router"], "qps": p["qps"], "slo_ms": p["slo_ms"],
+                   "percentile": p["percentile"], "replicas": p["replicas"],
+                   "replicas_lo": p["replicas_interval"]["lo"], "replicas_hi": p["replicas_interval"]["hi"],
+                   "replicas_by_seed": " ".join(str(x) for x in p["replicas_by_seed"]),
+                   "capacity_per_replica_qps": p["capacity_per_replica_qps"],
+                   "capacity_per_replica_lo": p["capacity_per_replica_interval"]["lo"],
+                   "capacity_per_replica_hi": p["capacity_per_replica_interval"]["hi"],
+                   "confirmed": c["confirmed"], "confirm_latency_ms": c[f"p{p['percentile']:g}_latency_ms"],
+                   "confirm_stable": c["stable"], "utilisation_mean": c["utilisation_mean"],
+                   "headroom_%": 100 * p["headroom"] if "headroom" in p else float("nan")}
+        else:  # what N replicas hold
+            row = {"policy": name, "stack": p["stack"], "replicas": p["replicas"], "capacity_qps": p["capacity_qps"],
+                   "capacity_lo": p["capacity_interval"]["lo"], "capacity_hi": p["capacity_interval"]["hi"]}
+        rows.append(row)
+    return rows
+
+
+def _write(res: dict, out: Path) -> None:
+    import pandas as pd
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(out, e) from None
+    write_text(out / "plan.json", json.dumps(strict_json(res), indent=2, allow_nan=False) + "\n")
+    write_text(out / "plan.csv", pd.DataFrame(plan_rows(res)).to_csv(index=False))
+
+
+def plan_text(res: dict, args) -> str:
+    """The printed answer: per policy the count (interval), the per-replica capacity, the confirmation and the
+    headroom; then each policy against the first (or a tie)."""
+    lines = []
+    for name, p in res["by_policy"].items():
+        if "qps" in res:
+            iv = p["replicas_interval"]
+            spread = "" if len(p["replicas_by_seed"]) == 1 else (
+                f" [{iv['lo']:.1f}, {iv['hi']:.1f}] (per seed: {', '.join(map(str, p['replicas_by_seed']))})")
+            c, key = p["confirmation"], f"p{p['percentile']:g}_latency_ms"
+            head = (f"; headroom {100 * p['headroom']:+.1f}% ({p['capacity_at_replicas_qps']:.1f} qps)"
+                    if "headroom" in p else "")
+            lines.append(f"  {name}: {p['replicas']} replica{'s' if p['replicas'] > 1 else ''}{spread} "
+                         f"[stack {p['stack']}, router {p['router']}]; one replica holds "
+                         f"{p['capacity_per_replica_qps']:.1f} qps; confirmed: "
+                         f"{'yes' if c['confirmed'] else 'NO'} (p{p['percentile']:g} {c[key]:.1f} ms, "
+                         f"stable {c['stable']}, utilisation {c['utilisation_mean']:.0%}){head}")
+        else:
+            lines.append(f"  {name}: {p['replicas']} replicas hold {p['capacity_qps']:.1f} qps [stack {p['stack']}]")
+    for c in res["comparisons"]:
+        if "replicas_label" in c:
+            lines.append(f"  {c['policy']} vs {c['against']}: {c['replicas_label']}; per replica: "
+                         f"{c['capacity_label']}")
+        else:
+            lines.append(f"  {c['policy']} vs {c['against']}: {c['label']}")
+    what = (f"{res['qps']:g} qps" if "qps" in res else f"{res['replicas']} replicas")
+    head = (f"dvasim plan {args.config}: {what}, p{res['percentile']:g} <= {res['slo_ms']:g} ms, {res['seeds']} "
+            f"seed{'s' if res['seeds'] > 1 else ''}; {Path(args.out)}/plan.json")
+    return "\n".join([head, *lines]) + "\n"

@@ -1,0 +1,141 @@
+"""Capacity planning (dvasim.studies.plan, dvasim plan) against independent truth: N deterministic single servers
+behind a random router are N M/D/1 queues (Poisson splitting), whose p99 sojourn a second implementation (Lindley's
+recursion on its own random stream) gives; so the fewest replicas that meet a p99 SLO is known in advance."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dvasim.cli import main
+from dvasim.errors import ConfigError
+from dvasim.studies.plan import plan, replicas_hold
+from tests.engines.test_sim_queueing_theory import lindley
+
+T = 1.0  # ms: every query's service time (a 1-stage table, batches of 1)
+SLO = 12.0  # ms at p99
+
+
+@pytest.fixture
+def md1_config(tmp_path):
+    table = tmp_path / "md1.csv"
+    table.write_text("# source: synthetic (tests): a deterministic 1 ms server\nstage,batch_size,latency_ms\n0,1,1.0\n")
+    return {"model": {"table": str(table)}, "policy": {"name": "zerobatch", "max_batch_size": 1},
+            "workload": {"kind": "poisson", "rate_qps": 100, "n_queries": 1000, "seed": 3},
+            "engine": {"sharing": "exclusive"}, "server": {"stack": "gpu-only"}}
+
+
+def md1_p99(rho: float, n: int = 400_000) -> float:
+    rng = np.random.default_rng([99, int(rho * 1000)])
+    return float(np.percentile(lindley(np.cumsum(rng.exponential(T / rho, n)), T), 99))
+
+
+def test_fewest_replicas_match_md1_theory(md1_config):
+    """4,500 qps of 1 ms queries: 5 replicas would be 90% busy (p99 far over 12 ms), 6 are 75% busy (p99 well
+    under): the plan says 6, where dividing by one server's throughput says 5."""
+    qps = 4500.0
+    by_n = {n: md1_p99(qps * T / 1000.0 / n) for n in (5, 6)}
+    assert by_n[5] > 1.3 * SLO and by_n[6] < 0.8 * SLO  # the truth is clear-cut, not at a boundary
+    res = plan(md1_config, qps, SLO, router="random", resolution=0.05, per_replica_queries=3000, seeds=2)
+    p = res["by_policy"]["zerobatch"]
+    assert p["replicas"] == 6 and p["replicas_by_seed"] == [6, 6]
+    assert p["confirmation"]["confirmed"] and p["confirmation"]["replicas"] == 6
+    # one replica's capacity: the rate whose M/D/1 p99 is 12 ms (about 800 qps), within the search's resolution
+    cap1 = p["capacity_per_replica_qps"]
+    assert md1_p99(cap1 * 0.9 / 1000.0) < SLO < md1_p99(min(cap1 * 1.1, 990.0) / 1000.0)
+    assert p["estimate_from_one_replica"] == math.ceil(qps / cap1)
+    assert p["headroom"] >= -0.05  # 6 replicas hold at least the planned rate (within the resolution)
+
+
+def test_jsq_needs_no_more_replicas_than_random(md1_config):
+    qps = 4500.0
+    kw = dict(resolution=0.05, per_replica_queries=2000, headroom=False)
+    jsq = plan(md1_config, qps, SLO, router="jsq", **kw)["by_policy"]["zerobatch"]["replicas"]
+    rnd = plan(md1_config, qps, SLO, router="random", **kw)["by_policy"]["zerobatch"]["replicas"]
+    assert jsq <= 5 < rnd  # pooled queues: 5 replicas at 90% meet 12 ms under JSQ; random needs 6
+
+
+def test_what_replicas_hold_scales_with_random_routing(md1_config):
+    """Random routing makes N independent M/D/1 queues: N replicas hold N times one replica's capacity."""
+    one = replicas_hold(md1_config, 1, SLO, router="random", resolution=0.03)["by_policy"]["zerobatch"]
+    three = replicas_hold(md1_config, 3, SLO, router="random", resolution=0.03,
+                          per_replica_queries=3000)["by_policy"]["zerobatch"]
+    assert three["capacity_qps"] == pytest.approx(3 * one["capacity_qps"], rel=0.08)
+
+
+def test_policies_compared_with_ties(md1_config):
+    cfg = {"model": {"name": "resnet152", "device": "titanrtx", "stages": 4}, "policy": {"name": "zerobatch"},
+           "workload": md1_config["workload"]}
+    res = plan(cfg, 1200.0, 50.0, policies=["zerobatch", "delaybatch", "dvabatch"], router="jsq",
+               resolution=0.1, per_replica_queries=500, headroom=False)
+    assert list(res["by_policy"]) == ["zerobatch", "delaybatch", "dvabatch"]
+    for p in res["by_policy"].values():
+        assert p["stack"] == "triton-tensorrt" and p["confirmation"]["confirmed"]
+    comp = {c["policy"]: c for c in res["comparisons"]}
+    for name, c in comp.items():
+        diff = res["by_policy"][name]["replicas"] - res["by_policy"]["zerobatch"]["replicas"]
+        assert c["replicas_difference"] == diff and c["replicas_tie"] == (diff == 0)
+
+
+CLI_TOML = """
+[model]
+name = "resnet152"
+device = "titanrtx"
+stages = 4
+[policy]
+name = "dvabatch"
+[workload]
+kind = "poisson"
+rate_qps = 100
+n_queries = 1000
+seed = 1
+"""
+
+
+def test_cli_writes_plan_files(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CLI_TOML)
+    out = tmp_path / "out"
+    rc = main(["plan", str(cfg), "--qps", "900", "--slo-ms", "50", "--out", str(out), "--router", "jsq",
+               "--resolution", "0.1", "--per-replica-queries", "500", "--quiet"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    res = json.loads((out / "plan.json").read_text())
+    p = res["by_policy"]["dvabatch"]
+    assert f"dvabatch: {p['replicas']} replica" in text and "stack triton-tensorrt" in text and "headroom" in text
+    rows = (out / "plan.csv").read_text().splitlines()
+    assert len(rows) == 2 and rows[0].startswith("policy,stack,router,qps")
+    rc = main(["plan", str(cfg), "--replicas", "2", "--slo-ms", "50", "--out", str(out), "--resolution", "0.1",
+               "--per-replica-queries", "500", "--quiet"])
+    assert rc == 0 and "2 replicas hold" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--qps", "900", "--replicas", "2"], "--qps"),
+    ([], "--qps"),
+    (["--qps", "-5"], "--qps"),
+    (["--qps", "nan"], "--qps"),
+    (["--replicas", "0"], "--replicas"),
+    (["--qps", "900", "--router", "best"], "--router"),
+    (["--qps", "900", "--policies", "dvabatch,dvabatch"], "--policies"),
+    (["--qps", "900", "--policies", "nope"], "--policies"),
+    (["--qps", "900", "--seeds", "0"], "seeds"),
+    (["--qps", "900", "--set", "cluster.replicas=0"], "cluster.replicas"),
+])
+def test_cli_bad_input_is_one_line(tmp_path, capsys, argv, field):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CLI_TOML)
+    rc = main(["plan", str(cfg), "--slo-ms", "50", "--out", str(tmp_path / "o"), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and field in err[0], err
+    assert not (tmp_path / "o" / "plan.json").exists()
+
+
+def test_closed_loop_is_refused(tmp_path):
+    cfg = {"model": {"name": "resnet152", "device": "titanrtx", "stages": 4},
+           "workload": {"kind": "closed", "clients": 4, "n_queries": 100}}
+    with pytest.raises(ConfigError, match="workload.kind"):
+        plan(cfg, 100.0, 50.0)
