@@ -94,13 +94,19 @@ def _capacity_text(res: dict) -> str:
 
 def _write(res: dict, out: Path) -> None:
     """``capacity.json`` in ``out``, written whole (atomically: never a torn file)."""
+    write_json(out, "capacity.json", res)
+
+
+def write_json(out: Path, name: str, res: dict) -> None:
+    """``name`` in the folder ``out`` (made if needed): ``res`` as strict JSON (:func:`strict_json`), written whole
+    (atomically: never a torn file)."""
     import json
 
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise output_error(out, e) from None
-    write_text(out / "capacity.json", json.dumps(strict_json(res), indent=2, allow_nan=False) + "\n")
+    write_text(out / name, json.dumps(strict_json(res), indent=2, allow_nan=False) + "\n")
 
 
 def _print_policies(res: dict, args) -> None:

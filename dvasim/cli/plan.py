@@ -13,13 +13,12 @@ queries at most 20 million.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from dvasim.cli.capacity import show_probe, strict_json
+from dvasim.cli.capacity import show_probe, write_json
 from dvasim.cli.common import add_stack_arguments, check_stack, set_help
 from dvasim.errors import check_out_dir
-from dvasim.outputs import output_error, write_text
+from dvasim.outputs import write_text
 
 
 def add_parser(sub) -> None:
@@ -101,11 +100,7 @@ def plan_rows(res: dict) -> list[dict]:
 def _write(res: dict, out: Path) -> None:
     import pandas as pd
 
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise output_error(out, e) from None
-    write_text(out / "plan.json", json.dumps(strict_json(res), indent=2, allow_nan=False) + "\n")
+    write_json(out, "plan.json", res)
     write_text(out / "plan.csv", pd.DataFrame(plan_rows(res)).to_csv(index=False))
 
 

@@ -24,16 +24,7 @@ import numpy as np
 import simpy
 
 from dvasim.core.query import Query
-from dvasim.engines.sim.engine import (
-    _URGENT,
-    SimOptions,
-    SimResult,
-    Simulation,
-    StopRequested,
-    _run_watched,
-)
-from dvasim.errors import OutputError
-from dvasim.progress import NoBar, progress_bar
+from dvasim.engines.sim.engine import _URGENT, SimOptions, SimResult, Simulation, drive, open_bar
 from dvasim.reporting.records import RecordStore
 from dvasim.server.router import Router
 
@@ -179,11 +170,13 @@ class Cluster:
     # ---------------------------------------------------------------- running
     def run(self) -> ClusterResult:
         o = self.options
-        bar = progress_bar(self.n_total, enabled=o.progress, unit="q", unit_scale=True, desc="simulating",
-                           leave=False, smoothing=0.1)
-        self.bar = None if isinstance(bar, NoBar) else bar
+        self.bar = open_bar(self.n_total, o.progress)
         try:
-            failure, interrupted = self._run_loop()
+            self._fire(self.next_arrivals)
+            for rep in self.replicas:
+                rep.start_executors()
+            failure, interrupted = drive(self.env, _Report(self.replicas), o.until_ms, o.watchdog_events, o.stop,
+                                         o.fail_soft)
             return self._collect(failure, interrupted)
         except BaseException:
             self.records.discard()
@@ -191,31 +184,6 @@ class Cluster:
         finally:
             if self.bar is not None:
                 self.bar.close()
-
-    def _run_loop(self) -> tuple[str | None, str | None]:
-        o = self.options
-        self._fire(self.next_arrivals)
-        for rep in self.replicas:
-            rep.start_executors()
-        failure = interrupted = None
-        try:
-            if o.until_ms is None:
-                _run_watched(self.env, _Report(self.replicas), o.watchdog_events, o.stop)
-            else:
-                self.env.run(until=o.until_ms)
-        except StopRequested as e:
-            interrupted = str(e)
-        except KeyboardInterrupt:
-            interrupted = (o.stop() if o.stop is not None else None) or "Ctrl-C"
-        except OutputError:
-            raise
-        except Exception as e:  # keep every record collected so far; the caller reports the failure
-            if not o.fail_soft:
-                raise
-            failure = f"{type(e).__name__} at simulated time {self.env.now:.3f} ms: {e}"
-        if interrupted is not None:
-            failure = f"interrupted by {interrupted} at simulated time {self.env.now:.3f} ms"
-        return failure, interrupted
 
     def _fire(self, callback) -> None:
         ev = simpy.Event(self.env)

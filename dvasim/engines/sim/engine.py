@@ -615,9 +615,7 @@ class Simulation:
     def run(self) -> SimResult:
         """Run to the end (or ``until_ms``, an interrupt, or with ``fail_soft`` an error) and collect the result.
         If the run ends with an error its streamed records are discarded (no half-written file is left)."""
-        bar = progress_bar(self.n_total, enabled=self.progress, unit="q", unit_scale=True, desc="simulating",
-                           leave=False, smoothing=0.1)  # a terminal gets the bar (rate, time left); a log does not
-        self.bar = None if isinstance(bar, NoBar) else bar
+        self.bar = open_bar(self.n_total, self.progress)
         try:
             failure, interrupted = self._run_loop()
             return self._collect(failure, interrupted)
@@ -628,28 +626,11 @@ class Simulation:
     def _run_loop(self) -> tuple[str | None, str | None]:
         """The events, until the end or what stopped them: ``(failure, interrupted)`` (``None`` where none)."""
         self._start_processes()
-        failure = interrupted = None
         try:
-            if self.until_ms is None:
-                _run_watched(self.env, self.pipeline, self.watchdog_events, self.stop)
-            else:
-                self.env.run(until=self.until_ms)
-        except StopRequested as e:
-            interrupted = str(e)
-        except KeyboardInterrupt:  # Ctrl-C in Python (or a signal handler that raises: it named it in ``stop``)
-            interrupted = (self.stop() if self.stop is not None else None) or "Ctrl-C"
-        except OutputError:  # a full disk is the user's to fix, never a soft failure
-            raise
-        except Exception as e:  # keep every record collected so far; the caller reports the failure
-            if not self.fail_soft:
-                raise
-            failure = f"{type(e).__name__} at simulated time {self.env.now:.3f} ms: {e}"
+            return drive(self.env, self.pipeline, self.until_ms, self.watchdog_events, self.stop, self.fail_soft)
         finally:
             if self.bar is not None:
                 self.bar.close()
-        if interrupted is not None:
-            failure = f"interrupted by {interrupted} at simulated time {self.env.now:.3f} ms"
-        return failure, interrupted
 
     def _start_processes(self) -> None:
         """The arrivals (or the closed loop's clients), then every executor's start-up, at time 0."""
@@ -701,6 +682,39 @@ class Simulation:
         if self.closed_clients is not None:
             return self.created
         return max(self.created, int(np.searchsorted(self.arrivals, self.env.now, side="right")))
+
+
+def open_bar(n_total: int, enabled: bool):
+    """The run's progress bar (a terminal gets it: rate, time left; a log does not), or None."""
+    bar = progress_bar(n_total, enabled=enabled, unit="q", unit_scale=True, desc="simulating", leave=False,
+                       smoothing=0.1)
+    return None if isinstance(bar, NoBar) else bar
+
+
+def drive(env: simpy.Environment, report, until_ms: float | None, watchdog_events: int,
+          stop: Callable[[], str | None] | None, fail_soft: bool) -> tuple[str | None, str | None]:
+    """Run the events until the end (or ``until_ms``), an interrupt (a stop request, Ctrl-C) or, with
+    ``fail_soft``, an error: ``(failure, interrupted)``, ``None`` where none. A full disk is always raised.
+    ``report``: what the watchdog names when the clock stops (its ``stuck_report()``)."""
+    failure = interrupted = None
+    try:
+        if until_ms is None:
+            _run_watched(env, report, watchdog_events, stop)
+        else:
+            env.run(until=until_ms)
+    except StopRequested as e:
+        interrupted = str(e)
+    except KeyboardInterrupt:  # Ctrl-C in Python (or a signal handler that raises: it named it in ``stop``)
+        interrupted = (stop() if stop is not None else None) or "Ctrl-C"
+    except OutputError:  # a full disk is the user's to fix, never a soft failure
+        raise
+    except Exception as e:  # keep every record collected so far; the caller reports the failure
+        if not fail_soft:
+            raise
+        failure = f"{type(e).__name__} at simulated time {env.now:.3f} ms: {e}"
+    if interrupted is not None:
+        failure = f"interrupted by {interrupted} at simulated time {env.now:.3f} ms"
+    return failure, interrupted
 
 
 def _groups(arrivals, front_door_times, block: int = 1 << 16, after=None):
