@@ -170,6 +170,28 @@ def test_read_replay_reads_gzip(tmp_path):
     assert len(r["executions"]) > 100 and r["config"]["policy"]["name"] == "zerobatch"
 
 
+def processor_sharing_ends(starts, work, cores: float) -> np.ndarray:
+    """When each job ends under exact processor sharing of ``cores`` (an independent event loop: advance between
+    events), jobs arriving at ``starts`` (sorted) with ``work`` ms each."""
+    n = len(starts)
+    left, t, active, end, nxt = np.array(work, dtype=float), 0.0, [], np.full(n, np.nan), 0
+    while nxt < n or active:
+        rate = min(1.0, cores / len(active)) if active else 0.0
+        t_fin = t + min(left[i] for i in active) / rate if active else np.inf
+        t_arr = starts[nxt] if nxt < n else np.inf
+        t_new = min(t_fin, t_arr)
+        for i in active:
+            left[i] -= (t_new - t) * rate
+        t = t_new
+        for i in [i for i in active if left[i] <= 1e-9]:
+            active.remove(i)
+            end[i] = t
+        if t_arr <= t_fin and nxt < n:
+            active.append(nxt)
+            nxt += 1
+    return end
+
+
 def test_fit_cores_recovers_the_launching_cores():
     """Launches simulated by an independent event loop (processor sharing on c cores): the fit finds c."""
     from dvasim.fitting.fit import fit_cores, segments
@@ -178,23 +200,7 @@ def test_fit_cores_recovers_the_launching_cores():
     for c_true in (1.0, 2.0, 3.0):
         starts = np.sort(rng.uniform(0, 400, 300))
         work = rng.uniform(1.0, 3.0, 300)
-        # exact processor sharing: advance between events
-        left, t, active, end = work.copy(), 0.0, [], np.full(300, np.nan)
-        nxt = 0
-        while nxt < 300 or active:
-            rate = min(1.0, c_true / len(active)) if active else 0.0
-            t_fin = t + min(left[i] for i in active) / rate if active else np.inf
-            t_arr = starts[nxt] if nxt < 300 else np.inf
-            t_new = min(t_fin, t_arr)
-            for i in active:
-                left[i] -= (t_new - t) * rate
-            t = t_new
-            for i in [i for i in active if left[i] <= 1e-9]:
-                active.remove(i)
-                end[i] = t
-            if t_arr <= t_fin and nxt < 300:
-                active.append(nxt)
-                nxt += 1
+        end = processor_sharing_ends(starts, work, c_true)
         pieces = segments(starts, end)
         c, err = fit_cores(pieces, work)
         assert c == pytest.approx(c_true, abs=0.15) and err < 0.02

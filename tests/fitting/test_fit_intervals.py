@@ -13,7 +13,7 @@ from scipy import stats
 
 from dvasim.cli import main
 from dvasim.fitting.fit import BOOT_METHOD, CLUSTER_METHOD, _flat, engine_toml, fit, table_operators
-from tests.fitting.test_fit import DATA, synthetic_replay
+from tests.fitting.test_fit import DATA, processor_sharing_ends, synthetic_replay
 from tests.synthetic_replays import write_replay
 
 SIGMA2 = math.log1p(0.1 ** 2)  # the synthetic launches' log-normal factor: CV 0.1, mean 1
@@ -83,21 +83,7 @@ def _shared_launches(d, c_true: float, seed: int = 0):
     starts = np.concatenate([np.arange(0, 600, 6.0), 600 + np.sort(rng.uniform(0, 800, 700))])
     b = rng.integers(1, 17, len(starts))
     work = 1.0 + 0.05 * b
-    left, t, active, end, nxt = work.copy(), 0.0, [], np.full(len(starts), np.nan), 0
-    while nxt < len(starts) or active:
-        rate = min(1.0, c_true / len(active)) if active else 0.0
-        t_fin = t + min(left[i] for i in active) / rate if active else np.inf
-        t_arr = starts[nxt] if nxt < len(starts) else np.inf
-        t_new = min(t_fin, t_arr)
-        for i in active:
-            left[i] -= (t_new - t) * rate
-        t = t_new
-        for i in [i for i in active if left[i] <= 1e-9]:
-            active.remove(i)
-            end[i] = t
-        if t_arr <= t_fin and nxt < len(starts):
-            active.append(nxt)
-            nxt += 1
+    end = processor_sharing_ends(starts, work, c_true)
     rows = [dict(stage=0, batch_size=int(bb), seq_len=1, table_ms=0.2, start_ms=s - 0.1, begin_ms=s, end_ms=e,
                  finish_ms=e + 0.02, handoff_ms=0.1, bookkeeping_ms=0.02, compute_ms=e - s, copy_ms=0.0,
                  n_queries=int(bb)) for s, e, bb in zip(starts, end, b)]
