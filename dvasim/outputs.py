@@ -54,6 +54,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed to ``path``, on any error it is removed
     (an ``OSError`` is raised again as an :class:`OutputError`)."""
     final = Path(path)
+    check_replaceable(final)
     tmp = temporary_path(final)
     try:
         yield tmp
@@ -64,6 +65,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         _remove(tmp)
         raise
+
+
+def check_replaceable(path: Path) -> None:
+    """Refuse to write over anything but a regular file (a device such as /dev/null, a folder, a pipe): renaming a
+    finished file onto it would replace it, and a run as root would delete /dev/null."""
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        raise OutputError(str(path), "exists and is not a regular file; give the path of a file to (over)write")
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -79,6 +87,8 @@ def write_whole(writers: dict[Path, Callable[[Path], Any]]) -> None:
     error none is renamed and the temporary files are removed."""
     tmps: dict[Path, Path] = {}
     path = next(iter(writers))
+    for p in writers:
+        check_replaceable(Path(p))
     try:
         for path, writer in writers.items():
             tmps[path] = temporary_path(path)
