@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from dvasim.core.arith import int_sum
 from dvasim.core.query import Query
 
 
@@ -318,7 +319,7 @@ class BatchTable:
         if why:
             raise MetaOpError(f"split of batch {bid}: {why}")
         b = self.rows[bid]
-        if any(int(s) != s or s < 1 for s in sizes) or sum(sizes) != b.bs:
+        if any(int(s) != s or s < 1 for s in sizes) or int_sum(int(s) for s in sizes) != b.bs:
             raise MetaOpError(f"split of batch {bid}: sizes {sizes} must be positive and add up to {b.bs}")
         self._tick(now)
         del self.rows[bid]

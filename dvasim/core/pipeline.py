@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dvasim.core.arith import int_sum
 from dvasim.core.batch_table import Batch, BatchItem, BatchTable, MetaOpError
 from dvasim.core.buffers import BufferPairs
 from dvasim.core.executor import Executor, ExecutorState
@@ -161,7 +162,7 @@ class Pipeline:
         return self._now
 
     def queue_length(self, stage: int) -> int:
-        return sum(len(lane.queues[stage]) for lane in self.lanes)
+        return int_sum(len(lane.queues[stage]) for lane in self.lanes)
 
     def stage_idle(self, stage: int) -> bool:
         """True if some instance's executor of ``stage`` is not busy and has nothing queued."""

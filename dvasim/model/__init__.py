@@ -8,8 +8,9 @@
 * :mod:`~dvasim.model.stages` -- running a stage as serving stacks run it (TorchScript, CUDA graphs, buffers);
 * :mod:`~dvasim.model.profiling` -- the profiler and the device-sharing measurement.
 
-May import: the foundation and the standard library, numpy and pandas; torch only in ``zoo``, ``stages``,
-``profiling``, ``gpu_model`` and ``build_gpu_tables`` (the simulator imports none of them).
+May import: the foundation, :mod:`dvasim.core.arith` (the clock path's sums), the standard library, numpy and
+pandas; torch only in ``zoo``, ``stages``, ``profiling``, ``gpu_model`` and ``build_gpu_tables`` (the simulator
+imports none of them).
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dvasim.core.arith import left_sum
 from dvasim.errors import TableError
 from dvasim.paths import traces_dir
 
@@ -461,7 +462,7 @@ class LatencyTable:
             pass
         f = self._norm_stage(from_stage, upper=self.n_stages)
         self.check(batch_size, seq_len)
-        val = float(sum(self.latency(s, batch_size, seq_len) for s in range(f, self.n_stages)))
+        val = float(left_sum(self.latency(s, batch_size, seq_len) for s in range(f, self.n_stages)))
         try:
             self._cache[key] = val
         except TypeError:

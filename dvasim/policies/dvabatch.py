@@ -120,6 +120,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from dvasim.core.arith import int_sum, left_sum
 from dvasim.errors import ConfigError
 from dvasim.policies.base import (
     SPLIT_MANNERS,
@@ -145,7 +146,7 @@ RULES = {  # Policy III's T_comp_wait, as describe() reports it
 
 def _length_hist(lengths) -> tuple[list[tuple[int, int]], int]:
     hist = sorted(Counter(int(x) for x in lengths).items())
-    return hist, sum(c for _, c in hist)
+    return hist, int_sum(c for _, c in hist)
 
 
 def padded_batch_ms(profile, lengths, batch_size: int) -> float:
@@ -167,7 +168,7 @@ def padding_waste(profile, lengths, batch_size: int) -> float:
     hist, n = _length_hist(lengths)
     if not n:
         return 0.0
-    own = sum(c * profile.total(batch_size, v) for v, c in hist) / n
+    own = left_sum(c * profile.total(batch_size, v) for v, c in hist) / n
     padded = padded_batch_ms(profile, lengths, batch_size)
     return 1.0 - own / padded if padded > 0 else 0.0
 
@@ -388,7 +389,7 @@ class DVABatch(Policy):
 
         def group_cost(parts):
             jobs = [(prof.total(len(g), lens[e - 1]), _mean_demand(prof, len(g), lens[e - 1])) for g, (_, e) in parts]
-            return sum(len(g) * t for (g, _), t in zip(parts, fluid_finish_times(jobs)))
+            return left_sum(len(g) * t for (g, _), t in zip(parts, fluid_finish_times(jobs)))
 
         def rec(start, k, acc):
             nonlocal best_cost, best
@@ -577,7 +578,7 @@ def fluid_finish_times(jobs: list[tuple[float, float]]) -> list[float]:
     active = set(range(len(jobs)))
     now = 0.0
     while active:
-        total = sum(jobs[k][1] for k in active)
+        total = left_sum(jobs[k][1] for k in active)
         rate = 1.0 if total <= 1.0 + EPS else 1.0 / total
         k_next = min(active, key=lambda k: remaining[k])
         dt = remaining[k_next] / rate
@@ -592,7 +593,7 @@ def fluid_finish_times(jobs: list[tuple[float, float]]) -> list[float]:
 
 def _mean_demand(prof, bs, seq_len) -> float:
     n = prof.n_stages
-    return sum(prof.demand(s, bs, seq_len) for s in range(n)) / n
+    return left_sum(prof.demand(s, bs, seq_len) for s in range(n)) / n
 
 
 @register

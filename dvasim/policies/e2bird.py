@@ -85,6 +85,7 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import Any, Protocol
 
+from dvasim.core.arith import int_sum
 from dvasim.core.pipeline import MAX_INSTANCES
 from dvasim.errors import ConfigError
 from dvasim.policies.base import New, Policy, check_positive_int, register
@@ -185,7 +186,7 @@ class _Ebird(Policy):
                                                 f"largest profiled batch size {top}")
         L = _typical_len(view.profile, getattr(view, "input_lengths", None))
         if self.max_inf is None:  # every engine has a worker of 1 (checked, or added), so MaxInf >= 1 runs
-            self._max_inf = max(default_max_inf(view.profile, view.qos_target_ms, sum(self.sizes), L), 1)
+            self._max_inf = max(default_max_inf(view.profile, view.qos_target_ms, int_sum(self.sizes), L), 1)
 
     def lane_batch_sizes(self, lane: int) -> list[int] | None:
         """A worker runs batches of exactly its own size (Algorithm 1 hands it ``batchsize`` inputs or none):

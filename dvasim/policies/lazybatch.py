@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import math
 
+from dvasim.core.arith import left_sum
 from dvasim.errors import ConfigError
 from dvasim.policies.base import (
     New,
@@ -222,4 +223,4 @@ class LazyBatch(Policy):
             return 0.0
         seq = max(q.seq_len for q in members) if self.has_len else None
         b = len(members)
-        return sum(prof.latency(s, b, seq) for s in range(first, end))
+        return left_sum(prof.latency(s, b, seq) for s in range(first, end))

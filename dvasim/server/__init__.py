@@ -14,8 +14,8 @@ against:
 
 :mod:`dvasim.server.stacks` holds the named stacks, every number with its provenance; :mod:`dvasim.server.resolve`
 picks a run's stack (named in the config, else the one its table's source implies) and builds what the engine
-needs from it. May import: the foundation (the schema its sections are declared in), model data (tables, the named
-models) and the standard library.
+needs from it. May import: the foundation (the schema its sections are declared in), :mod:`dvasim.core.arith` (the
+clock path's sums), model data (tables, the named models) and the standard library.
 """
 
 from dvasim.server.stacks import STACKS, ServingStack

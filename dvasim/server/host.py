@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dvasim.core.arith import int_sum
 from dvasim.errors import ConfigError
 from dvasim.schema import Key, Section, find_file
 
@@ -305,7 +306,7 @@ def _launch_law(d: dict, n_stages: int, operators) -> tuple[dict, dict, list[int
     ops = [int(x) for x in operators] if operators is not None else [1] * n_stages
     if len(ops) != n_stages or min(ops) < 1:
         raise ConfigError("engine.host.launch_per_op_ms", f"needs {n_stages} operator counts >= 1, got {ops}")
-    total = sum(ops)
+    total = int_sum(ops)
     d = {k: v for k, v in d.items() if k not in LAW_KEYS}
     d["launch_ms"] = [law.get("launch_fixed_ms", 0.0) + law.get("launch_per_op_ms", 0.0) * o for o in ops]
     d["launch_per_row_ms"] = [law.get("launch_model_per_row_ms", 0.0) * o / total for o in ops]

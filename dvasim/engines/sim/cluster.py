@@ -23,6 +23,7 @@ from functools import partial
 import numpy as np
 import simpy
 
+from dvasim.core.arith import int_sum, left_sum
 from dvasim.core.query import Query
 from dvasim.engines.sim.engine import _URGENT, SimOptions, SimResult, Simulation, drive, open_bar
 from dvasim.reporting.records import RecordStore
@@ -206,15 +207,12 @@ class Cluster:
                      "records and the metrics)")
             records.leave_out(n_arrived, stuck)
         records.close()
-        n_done = sum(rep.pipeline.n_exited for rep in self.replicas)
+        n_done = int_sum(rep.pipeline.n_exited for rep in self.replicas)
         if failure is None and n_done < n_total:
             stuck = f"{n_total - n_done} of {n_total} queries never finished; " + _Report(self.replicas).stuck_report()
         busy = [rep.device.busy_time for rep in self.replicas]
-        total = 0.0
-        for b in busy:  # in replica order (a plain loop: the same rounding on every Python version)
-            total += b
         return ClusterResult(None, self.replicas[0].pipeline, env.now, time.perf_counter() - self.t0,
-                             total, stuck, records, interrupted, n_total - n_arrived,
+                             left_sum(busy), stuck, records, interrupted, n_total - n_arrived,
                              pipelines=[rep.pipeline for rep in self.replicas], replica_busy_ms=busy,
                              sent_to=list(self.router.sent_to), replica_of=self.replica_of)
 

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from dvasim.core.arith import left_sum
 from dvasim.errors import ConfigError
 
 __all__ = ["SimCoRun", "WorkerCosts", "corun_average_ms", "sim_corun", "worker_costs"]
@@ -162,7 +163,7 @@ def corun_average_ms(profile, batch_sizes, seq_len: int | None = None, costs: Wo
     for b in batch_sizes:
         run.env.process(run.worker(b, spare))
     run.env.run()
-    return sum(run.ends) / len(run.ends)
+    return left_sum(run.ends) / len(run.ends)
 
 
 class SimCoRun:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import simpy
 
 from dvasim.config.sections import SHARING_MODES
+from dvasim.core.arith import left_sum
 from dvasim.core.operations import time_eps
 
 MODES = SHARING_MODES  # declared with the [engine] section (dvasim.config.sections)
@@ -94,7 +95,7 @@ class Device:
             return 1.0 / slow
         if mode == "cores":
             return min(1.0, self.cores / n) / slow
-        total = sum(j.demand for j in jobs)
+        total = left_sum(j.demand for j in jobs)
         return (1.0 if total <= 1.0 + 1e-12 else 1.0 / total) / slow
 
     def _advance(self) -> None:
