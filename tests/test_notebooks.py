@@ -66,4 +66,4 @@ def test_notebooks_are_committed_without_outputs():
 def test_the_studies_a_user_starts_from_have_notebooks():
     names = {p.stem for p in NOTEBOOKS}
     assert {"policy_for_bert_on_h100", "how_many_stages", "which_batch_window", "real_trace_each_policy",
-            "capacity_under_50ms", "which_batching_system"} <= names
+            "capacity_under_50ms", "which_batching_system", "how_many_gpus"} <= names

@@ -123,6 +123,8 @@ def plan_text(res: dict, args) -> str:
                          f"stable {c['stable']}, utilisation {c['utilisation_mean']:.0%}){head}")
         else:
             lines.append(f"  {name}: {p['replicas']} replicas hold {p['capacity_qps']:.1f} qps [stack {p['stack']}]")
+    for name, p in res["by_policy"].items():
+        lines += [f"  note: {name}: {n}" for n in p.get("notes", [])]
     for c in res["comparisons"]:
         if "replicas_label" in c:
             lines.append(f"  {c['policy']} vs {c['against']}: {c['replicas_label']}; per replica: "

@@ -24,6 +24,12 @@ and what ``N`` replicas hold.
 Policies are compared on the replica count and the per-replica capacity; a difference within the intervals (or
 the capacity search's resolution) is a tie (:func:`dvasim.reporting.intervals.tie`).
 
+On a trace (``[workload] kind = "trace"``) every probe replays the trace from its start, time-scaled to its rate
+and cut at its query count (a cluster probe: ``per_replica_queries`` times the replicas), so bursts later in the
+trace never enter; and the seed changes nothing there (the arrivals and lengths are the file's), so intervals over
+seeds are of identical runs and the confirmation replays the last probe: the answer's ``notes`` say so. Plan
+disjoint windows of the trace instead (``notebooks/how_many_gpus.ipynb``) and check the whole trace with a run.
+
 Limits: ``qps`` up to :data:`dvasim.studies.capacity.MAX_RATE_QPS`, at most :data:`MAX_PLAN_REPLICAS` replicas
 (``[cluster]``'s limit), a probe's queries at most 20 million; everything is checked before the first probe.
 """
@@ -192,6 +198,10 @@ def plan_policy(raw: dict[str, Any], qps: float, slo_ms: float, *, router: str |
         probes.extend(probe.probes)
         notes += [note] if note else []
     answer = max(counts)
+    if (raw.get("workload") or {}).get("kind") == "trace":
+        notes.append("a trace: every probe replays it from its start (later bursts never enter), and the seed "
+                     "changes nothing (intervals over seeds are of identical runs; the confirmation replays the "
+                     "last probe); plan disjoint windows of the trace and check the whole trace with a run")
     seed0 = raw.get("workload", {}).get("seed", 0)
     fresh = capmod.search_seeds(seed0, len(one["seeds"]) + 1, one["n0"], one["max_queries"])[-1]
     check = confirm(raw, answer, qps, router, min(max(one["n0"], per_replica * answer), MAX_QUERIES), fresh, slo_ms,
