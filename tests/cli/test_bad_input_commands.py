@@ -260,8 +260,8 @@ def no_torch(code: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", NO_TORCH + code], capture_output=True, text=True, cwd=cwd)
 
 
-@pytest.mark.parametrize("command", ["run", "sweep", "capacity", "compare", "profile", "replay", "validate", "fit",
-                                     "policies", "stacks", "config"])
+@pytest.mark.parametrize("command", ["run", "sweep", "capacity", "plan", "compare", "profile", "replay", "validate",
+                                     "fit", "policies", "stacks", "config"])
 def test_every_subcommand_has_help_without_torch(command, tmp_path):
     r = no_torch(f"sys.exit(main(['{command}', '--help']))", tmp_path)
     assert r.returncode == 0 and "usage" in r.stdout.lower() and not r.stderr.strip(), r.stderr
