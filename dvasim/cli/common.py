@@ -23,9 +23,12 @@ def check_stack(name) -> None:
         stack_by_name(name, "--stack")
 
 
-def print_summary(summary: dict, file=sys.stdout) -> None:
+def print_summary(summary: dict, file=None) -> None:
+    """The summary's main numbers, one a line (a cluster's replicas after them); ``file``: default the standard
+    output as it is when called (not as it was when this module was imported)."""
+    file = sys.stdout if file is None else file
     keys = [
-        "policy", "stack", "triton_config", "n_queries", "n_completed", "n_rejected", "n_timed_out", "n_not_arrived",
+        "policy", "stack", "replicas", "router", "triton_config", "n_queries", "n_completed", "n_rejected", "n_timed_out", "n_not_arrived",
         "offered_qps", "throughput_qps",
         "mean_latency_ms", "p50_latency_ms",
         "p90_latency_ms", "p95_latency_ms", "p99_latency_ms", "qos_target_ms", "qos_violation_rate",
@@ -36,6 +39,10 @@ def print_summary(summary: dict, file=sys.stdout) -> None:
     for k in keys:
         if k in summary:
             print(f"  {k:<{width}}  {fmt(summary[k])}", file=file)
+    for r in summary.get("per_replica", []):  # a cluster's replicas, one line each
+        print(f"  replica {r['replica']:<{max(1, width - 8)}}  {r['n_queries']} queries, mean "
+              f"{fmt(r['mean_latency_ms'])} ms, p99 {fmt(r['p99_latency_ms'])} ms, device busy "
+              f"{fmt(r['device_busy_fraction'])}", file=file)
 
 
 def add_stack_arguments(p: argparse.ArgumentParser, every: bool = False) -> None:

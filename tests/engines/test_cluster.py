@@ -244,3 +244,17 @@ def test_cluster_config_errors_are_one_line():
     closed = {**base, "workload": {"kind": "closed", "clients": 4, "n_queries": 100}, "cluster": {"replicas": 2}}
     with pytest.raises(ConfigError, match="cluster.replicas"):
         dvasim.run(closed)
+
+
+def test_dvasim_run_prints_and_writes_each_replica(tmp_path, capfd):
+    import json
+
+    from dvasim.cli import main
+
+    rc = main(["run", "configs/default.toml", "--out", str(tmp_path), "--no-figure", "--set", "cluster.replicas=2",
+               "--set", "cluster.router=rr", "--set", "workload.n_queries=400"])
+    out = capfd.readouterr().out
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert rc == 0 and s["replicas"] == 2 and s["router"] == "round_robin"
+    assert [r["n_queries"] for r in s["per_replica"]] == [200, 200]
+    assert "replica 0" in out and "replica 1" in out and "round_robin" in out
