@@ -51,14 +51,8 @@ def query_work_ms(profile, seq_lens) -> np.ndarray:
     lens = np.asarray(seq_lens)
     if profile.seq_lens is None:
         return np.full(len(lens), float(profile.total(1)))
-    memo: dict[int, float] = {}
-    out = np.empty(len(lens))
-    for i, L in enumerate(lens.tolist()):
-        w = memo.get(L)
-        if w is None:
-            w = memo[L] = float(profile.total(1, int(L)))
-        out[i] = w
-    return out
+    distinct, index = np.unique(lens, return_inverse=True)  # one table lookup per distinct length
+    return np.array([float(profile.total(1, int(L))) for L in distinct.tolist()])[index]
 
 
 def simulate_cluster(pipelines: list, arrivals_ms, seq_lens, router: Router, *, work_ms=None,
