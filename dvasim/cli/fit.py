@@ -15,7 +15,7 @@ from dvasim.cli.common import error_line
 from dvasim.errors import ConfigError, DvasimError, OneLineParser
 
 MAX_HOST_CORES = 1024  # --host-cores: the launching cores of a replay's host
-N_BOOT = 200  # --bootstrap: resamples of the executions for the intervals (about 3 s on two replays of 500 queries)
+N_BOOT = 200  # --bootstrap: resamples of the executions (the fit with them: 3.2 s on the two H100 test replays)
 MAX_BOOT = 100_000
 
 
@@ -152,12 +152,13 @@ def _write_both(res: dict, out, json_out):
     """The engine file and ``--json`` together: both renamed into place only when both are written whole."""
     import json
 
+    from dvasim.cli.capacity import strict_json
     from dvasim.fitting.fit import check_finite, engine_toml
     from dvasim.outputs import output_error, write_whole
 
     check_finite(res)
     engine_text = engine_toml(res)
-    json_text = json.dumps(_strict(res), indent=2, allow_nan=False) + "\n"
+    json_text = json.dumps(strict_json(res), indent=2, allow_nan=False) + "\n"
     for folder in {out.parent, json_out.parent}:
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -185,19 +186,6 @@ def _json_path(args):
         raise ConfigError("--json", f"{args.json!r} is --out's engine file; give another name, e.g. fit.json")
     check_out_dir(p.parent, "--json")
     return p
-
-
-def _strict(o):
-    """``o`` with every NaN or infinite float made ``null`` (strict JSON)."""
-    import math
-
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, dict):
-        return {str(k): _strict(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [_strict(v) for v in o]
-    return o
 
 
 def cli_fit(argv=None) -> int:

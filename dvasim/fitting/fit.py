@@ -740,12 +740,13 @@ def fit_intervals(res: dict[str, Any], ex: list[pd.DataFrame], e: pd.DataFrame, 
     flat = {k: from_replicates(v, [r.get(k, math.nan) for r in reps], confidence, n=len(e), method=BOOT_METHOD)
             for k, v in point.items() if k != "engine.host.cores"}
     alone = e[e["overlap"] < setting.alone_below]
-    rr = np.asarray(_centred_ratios(alone, _modelled(alone, setting.launch)))
+    mod = _modelled(alone, setting.launch)  # the point fit's modelled times: for the jitter and the stalls
+    rr = np.asarray(_centred_ratios(alone, mod))
     if len(rr):  # the jitter: its executions' ratios resampled (re-centring resamples on their duplicates would not do)
         flat["engine.service_cv"] = bootstrap(rr, robust_cv, confidence, n_boot=int(n_boot), seed=seed,
                                               method=BOOT_METHOD)
     if "stall_cluster_prob" in res["engine"]["host"]:
-        flat.update(_cluster_intervals(alone, setting, confidence))
+        flat.update(_cluster_intervals(alone, mod, confidence))
     if "engine.host.cores" in point:
         flat["engine.host.cores"] = _cores_interval(ex, setting, point["engine.host.cores"], rng, int(n_boot),
                                                     confidence)
@@ -814,12 +815,12 @@ def _estimates(sample: pd.DataFrame, st: Setting) -> dict[str, float]:
     return out
 
 
-def _cluster_intervals(alone: pd.DataFrame, st: Setting, confidence: float) -> dict[str, Any]:
+def _cluster_intervals(alone: pd.DataFrame, mod: np.ndarray, confidence: float) -> dict[str, Any]:
     """Clopper-Pearson intervals of the stall probabilities outside (``stall_prob``) and inside
-    (``stall_cluster_prob``) bursts, from the stalls the point fit flagged."""
+    (``stall_cluster_prob``) bursts, from the stalls the point fit flagged (``mod``: its modelled times)."""
     from dvasim.reporting.intervals import Interval, binomial
 
-    excess = alone["host_ms"].to_numpy() - _modelled(alone, st.launch)
+    excess = alone["host_ms"].to_numpy() - mod
     flagged = excess > stall_threshold(excess)
     p_near, p_far, n_near = stall_clustering(alone["begin_ms"], flagged, alone["run"])
     n_far = len(alone) - n_near

@@ -185,9 +185,7 @@ def search_seeds(seed0, k: int, n0: int, max_queries: int) -> list:
     first half of its arrivals, and the searches would not be independent. One search keeps ``seed0`` as given."""
     if k == 1:
         return [seed0]
-    a, n = 1, int(n0)
-    while n * 2 <= max_queries:
-        n, a = n * 2, a + 1
+    a = 1 + doublings(n0, max_queries)
     from dvasim.workload.config import MAX_SEED
 
     seed0 = int(seed0)
@@ -197,6 +195,15 @@ def search_seeds(seed0, k: int, n0: int, max_queries: int) -> list:
                                      f"search), beyond 2**63 - 1; give fewer seeds or a workload.seed of at most "
                                      f"{MAX_SEED - k * a + 1}")
     return [seed0 + i * a for i in range(k)]
+
+
+def doublings(n0: int, max_queries: int) -> int:
+    """How many times a probe may double its queries from ``n0`` within ``max_queries`` (each time with the next
+    seed, as :class:`Probe` does)."""
+    k, n = 0, int(n0)
+    while n * 2 <= max_queries:
+        n, k = n * 2, k + 1
+    return k
 
 
 def _combined(results: list[dict[str, Any]], seeds: list) -> dict[str, Any]:
@@ -329,9 +336,9 @@ def check_probe_config(raw: dict[str, Any], stack: str | None = None, rate: floa
     ``max_queries``, with the next seed each time)."""
     _check_rate_kind(raw)
     seed = first = raw["workload"].get("seed", 0)
-    most = n  # a probe's queries (at most max_queries, within any run's limit: OPTIONS) need no building to check
-    while isinstance(seed, int) and not isinstance(seed, bool) and max_queries is not None and most * 2 <= max_queries:
-        most, seed = most * 2, seed + 1  # as Probe.__call__ goes on
+    # a probe's queries (at most max_queries, within any run's limit: OPTIONS) need no building to check
+    if isinstance(seed, int) and not isinstance(seed, bool) and max_queries is not None:
+        seed += doublings(n, max_queries)  # as Probe.__call__ goes on
     try:
         check_buildable(probe_config(raw, rate, n, seed), stack)
     except ConfigError as e:

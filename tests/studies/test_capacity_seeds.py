@@ -13,7 +13,7 @@ from scipy.optimize import brentq
 from dvasim.cli import main
 from dvasim.errors import ConfigError
 from dvasim.reporting.intervals import over_seeds
-from dvasim.studies.capacity import MAX_SEEDS, capacity, compare_policies, search_seeds
+from dvasim.studies.capacity import MAX_SEEDS, capacity, compare_policies, doublings, search_seeds
 
 
 def one_stage(tmp_path, kind="poisson", seed=0):
@@ -85,6 +85,7 @@ def test_searches_never_share_a_seed():
     used = [set(range(s, s + 7)) for s in seeds]
     assert not (used[0] & used[1]) and not (used[1] & used[2])
     assert search_seeds(0, 2, 1000, 1000) == [0, 1]
+    assert doublings(1000, 64000) == 6 and doublings(1000, 63999) == 5 and doublings(1000, 1999) == 0
 
 
 @pytest.mark.parametrize("seeds", [0, MAX_SEEDS + 1, 2.5])
