@@ -261,10 +261,10 @@ def check_policy_workload(raw: dict[str, Any]) -> None:
     triton = isinstance(name, str) and canonical_name(name) == POLICY_NAME
     mix = workload.get("priority_mix")
     if mix is not None:
-        levels = policy.get("priority_levels", 0) if triton else 0
         if not triton:
             raise ConfigError("workload.priority_mix", f"priorities need Triton's batcher with priority levels "
                                                        f"(policy {POLICY_NAME!r}), not {name or 'zerobatch'!r}")
+        levels = policy.get("priority_levels", 0)
         if isinstance(mix, list) and isinstance(levels, int) and len(mix) > levels:
             raise ConfigError("workload.priority_mix", f"{len(mix)} levels, but the policy has priority_levels = "
                                                        f"{levels}; give at most {levels} fractions")

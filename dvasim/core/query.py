@@ -45,11 +45,6 @@ class Query:
         return self.stage_start[0] if self.stage_start else math.nan
 
     @property
-    def served(self) -> bool:
-        """It left with its answer (not refused, not still inside)."""
-        return self.status == "ok" and not math.isnan(self.finish)
-
-    @property
     def done(self) -> bool:
         return not math.isnan(self.finish)
 

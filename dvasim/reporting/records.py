@@ -151,9 +151,8 @@ class RecordStore:
         for s in range(self.n_stages):
             chunk[f"s{s}_start_ms"] = starts[:, s]
             chunk[f"s{s}_finish_ms"] = finishes[:, s]
-        chunk["status"] = np.array(cols[12], dtype=np.int8)
-        chunk["priority"] = np.array(cols[13], dtype=np.int16)
-        chunk["replica"] = np.array(cols[14], dtype=np.int16)
+        for i, c in enumerate(("status", "priority", "replica"), start=12):
+            chunk[c] = np.array(cols[i], dtype=_dtype(c))
         qid = chunk["query_id"]
         if not self._arrivals_known:
             self.arrival[qid] = chunk["arrival_ms"]
@@ -304,8 +303,12 @@ def status_codes(status) -> np.ndarray:
     arr = np.asarray(status)
     if arr.dtype.kind in "iu":
         return arr
-    code = {name: i for i, name in enumerate(STATUSES)}
-    return np.array([code[str(x)] for x in arr], dtype=np.int8)
+    codes = np.full(arr.shape, -1, dtype=np.int8)
+    for i, name in enumerate(STATUSES):  # vectorized: a record set's status column may hold millions of names
+        codes[arr == name] = i
+    if np.any(codes < 0):
+        raise ValueError(f"unknown status {str(arr[codes < 0][0])!r}; one of {', '.join(STATUSES)}")
+    return codes
 
 
 def summarize_arrays(arrival: np.ndarray, start: np.ndarray, finish: np.ndarray, exit_batch_size: np.ndarray,

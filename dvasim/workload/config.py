@@ -161,8 +161,9 @@ class Workload:
         if self.priorities is not None:
             pri = np.array(self.priorities, dtype=np.int64, copy=True)
             if pri.shape != arr.shape or np.any(pri < 0):
+                got = f"shape {pri.shape}" if pri.shape != arr.shape else f"level {int(pri.min())}"
                 raise WorkloadError("workload.priority_mix", f"must give one priority level >= 0 per arrival "
-                                                             f"({arr.size}), got shape {pri.shape}")
+                                                             f"({arr.size}), got {got}")
             pri.setflags(write=False)
             object.__setattr__(self, "priorities", pri)
         object.__setattr__(self, "arrivals_ms", arr)

@@ -18,6 +18,7 @@ from dvasim.engines.sim.engine import simulate
 from dvasim.errors import ConfigError
 from dvasim.policies import make_policy
 from dvasim.reporting.metrics import records_frame, summarize
+from dvasim.reporting.records import STATUSES, status_codes
 from dvasim.reporting.stability import stability
 from dvasim.workload import poisson_arrivals
 from tests.conftest import make_table
@@ -236,6 +237,11 @@ def test_records_and_summary_count_refused_queries_never_drop_them():
     v = stability(df["arrival_ms"], df["finish_ms"], status=df["status"])
     assert "never finished" not in v["stability_reason"] and "refused" in v["stability_reason"]
     assert v["refused_fraction"] == pytest.approx((4000 - len(ok)) / 4000)
+    codes = status_codes(df["status"])  # names -> codes, checked against the records' own names
+    assert [STATUSES[c] for c in codes] == df["status"].tolist()
+    assert stability(df["arrival_ms"], df["finish_ms"], status=codes) == v
+    with pytest.raises(ValueError, match="unknown status 'dropped'"):
+        status_codes(["ok", "dropped"])
     assert "never finished" in stability(df["arrival_ms"], df["finish_ms"])["stability_reason"]  # without status
 
 
