@@ -63,12 +63,12 @@ def cmd_sweep(args) -> int:
                   stack=args.stack, engine=args.engine, overrides=args.set, export=args.export,
                   export_out=args.export_out, verbose_csv=args.verbose_csv)
     if measured is not None:
-        table.attrs["files"].append(str(overlay(table.attrs["files"][-1], measured, args.out)))
+        table.attrs["files"].append(str(overlay(table.attrs["perf_analyzer_csv"], measured, args.out)))
     files = ", ".join(table.attrs.get("files", []))
     print(f"dvasim sweep {args.sweep}: {len(table)} runs; results in {files}")
     if table.attrs.get("perf_analyzer_left_out"):
         print(f"note: {table.attrs['perf_analyzer_left_out']} runs finished no query and have no row in "
-              f"{table.attrs['files'][-1 if measured is None else -2]}")
+              f"{table.attrs['perf_analyzer_csv']}")
     flagged = show_results(table)
     stuck = flagged.get("stuck", 0)
     if stuck:

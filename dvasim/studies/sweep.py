@@ -300,7 +300,7 @@ def expand(sweep: dict[str, Any], *, stack: str | None = None, engine: str | Pat
     ``stack``: the stack every point runs on (part of each point's cache key)."""
     from dvasim.api import versions
 
-    sweep_size(sweep)
+    n = sweep_size(sweep)
     base = cfgmod.apply_engine_file(cfgmod.load_toml(sweep["base"]), None if engine is None else str(engine))
     base = cfgmod.apply_overrides(base, _set_list(sweep.get("set")))
     seeds = _seeds(sweep.get("seeds"))
@@ -319,7 +319,7 @@ def expand(sweep: dict[str, Any], *, stack: str | None = None, engine: str | Pat
         try:
             key = run_key(raw, version)
         except DvasimError as e:
-            raise in_point(e, values, len(points), sweep_size(sweep)) from None
+            raise in_point(e, values, len(points), n) from None
         if sweep.get("capacity") is not None:
             key = hashlib.sha256((key + json.dumps(sweep["capacity"], sort_keys=True)).encode()).hexdigest()[:20]
         if stack is not None:
@@ -499,8 +499,8 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
     instead. ``stack``: the serving stack of every run, by name; ``engine``: an engine file (``dvasim fit``) for
     every run; ``overrides``: ``--set`` overrides for every run. ``progress``: bars on a terminal only.
     ``export = "perf-analyzer"``: also perf_analyzer's CSV, to ``export_out`` (default ``DIR/perf_analyzer.csv``;
-    ``verbose_csv``: with its ``--verbose-csv`` columns); ``attrs["perf_analyzer_left_out"]`` counts the runs
-    that finished no query (no row). Everything is checked (every point built) before the first run."""
+    ``verbose_csv``: with its ``--verbose-csv`` columns), named in ``attrs["perf_analyzer_csv"]``;
+    ``attrs["perf_analyzer_left_out"]`` counts the runs that finished no query (no row). Everything is checked (every point built) before the first run."""
     workers = check_workers(workers)
     if stack is not None:
         from dvasim.server.resolve import stack_by_name
@@ -545,6 +545,7 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
     if exporting is not None:
         left_out = write_perf_analyzer(points, results, exporting, export_file, verbose_csv)
         table.attrs["files"].append(str(export_file))
+        table.attrs["perf_analyzer_csv"] = str(export_file)
         table.attrs["perf_analyzer_left_out"] = left_out
     return table
 
@@ -731,12 +732,14 @@ def results_table(points: list[Point], results: dict[str, dict]) -> pd.DataFrame
 
 def _varying_subkeys(points: list[Point]) -> dict[str, set]:
     """For each swept key whose values are tables (a whole section), the keys whose values differ between them."""
-    out: dict[str, set] = {}
-    for k in _swept_keys(points):
-        tables = [p.values[k] for p in points if isinstance(p.values.get(k), dict)]
-        names = {n for t in tables for n in t}
-        out[k] = {n for n in names if len({json.dumps(t.get(n), sort_keys=True) for t in tables}) > 1}
-    return out
+    return {k: _differing([p.values[k] for p in points if isinstance(p.values.get(k), dict)])
+            for k in _swept_keys(points)}
+
+
+def _differing(tables: list[dict]) -> set:
+    """The keys whose values differ between ``tables`` (the others go without saying in a label)."""
+    names = {n for t in tables for n in t}
+    return {n for n in names if len({json.dumps(t.get(n), sort_keys=True) for t in tables}) > 1}
 
 
 def varying_keys(points: list[Point]) -> list[str]:
@@ -830,8 +833,7 @@ def overview(table: pd.DataFrame) -> pd.DataFrame:
     for c in swept_columns(table):
         if c.startswith("["):  # a whole section: its short label, by the keys that differ between its tables
             tables = [json.loads(v) if isinstance(v, str) else {} for v in table[c]]
-            names = {n for t in tables for n in t}
-            keep = {n for n in names if len({json.dumps(t.get(n), sort_keys=True) for t in tables}) > 1}
+            keep = _differing(tables)
             out[c] = [label(t, keep) for t in tables]
         else:
             out[c] = table[c]

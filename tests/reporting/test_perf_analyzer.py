@@ -34,6 +34,7 @@ from dvasim.reporting.perf_analyzer import (
     write_perf_analyzer_csv,
 )
 from dvasim.server.stacks import STACKS
+from tests.reporting.test_figures import drawn  # noqa: F401  (the figures the test saves, spied)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_EXAMPLE = ROOT / "tests/data/perf_analyzer/docs_example_concurrency.csv"
@@ -188,12 +189,23 @@ def test_a_table_round_trips_through_the_file(tmp_path):
     assert path.read_text().splitlines()[1].startswith("12.5,12.4583,")
 
 
-def test_overlay_figure_draws_both_tables(tmp_path):
+def test_overlay_figure_draws_both_tables(tmp_path, drawn):
     measured = read_perf_analyzer_csv(DOC_EXAMPLE)
     sim = measured.copy()
     sim["p50 latency"] = sim["p50 latency"] * 0.9
     out = overlay_figure({"simulated": sim, "measured": measured}, tmp_path / "overlay.png")
     assert out.stat().st_size > 10_000
+    # one panel per latency, each table a line through its four points in load order (1, 2, 3, 4), in ms
+    (fig,) = drawn
+    by_load = measured.sort_values("Concurrency")
+    for ax, col in zip(fig.axes, ("p50 latency", "p99 latency")):
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["simulated", "measured"]
+        lines = dict(zip(("simulated", "measured"), [ln for ln in ax.get_lines() if len(ln.get_xdata()) == 4]))
+        assert len(lines) == 2
+        np.testing.assert_allclose(lines["measured"].get_xdata(), by_load["Inferences/Second"])
+        np.testing.assert_allclose(lines["measured"].get_ydata(), by_load[col] / 1000.0)
+        factor = 0.9 if col == "p50 latency" else 1.0
+        np.testing.assert_allclose(lines["simulated"].get_ydata(), by_load[col] * factor / 1000.0)
 
 
 def test_queries_that_wait_are_in_server_queue_and_batches_of_any_size_pay_their_own_costs():

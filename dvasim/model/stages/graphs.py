@@ -288,7 +288,7 @@ def capture_stages(eager_stages, buffers, ops, batch_sizes: Iterable[int] | Call
     bar = progress_bar(total, enabled=progress, desc="capturing CUDA graphs", unit="graph", leave=False)
     done = [0]
 
-    def between() -> None:  # after each capture (and before the first): the progress bar, the stop request
+    def between() -> None:  # after each capture (and before the first): the stop request
         why = stop() if stop is not None else None
         if why is not None:
             raise Stopped(why, f"stopped by {why} while capturing CUDA graphs ({done[0]} of {total} captured)")
