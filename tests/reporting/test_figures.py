@@ -43,21 +43,6 @@ def _texts(ax):
     return [t.get_text() for t in ax.texts]
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The figures the next calls save, drawn (so that text positions are known) before they are closed."""
-    figs = []
-    orig = plt.Figure.savefig
-
-    def spy(fig, *a, **k):
-        out = orig(fig, *a, **k)
-        figs.append(fig)
-        return out
-
-    monkeypatch.setattr(plt.Figure, "savefig", spy)
-    return figs
-
-
 def _overlaps(a, b) -> bool:
     return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 

@@ -34,7 +34,6 @@ from dvasim.reporting.perf_analyzer import (
     write_perf_analyzer_csv,
 )
 from dvasim.server.stacks import STACKS
-from tests.reporting.test_figures import drawn  # noqa: F401  (the figures the test saves, spied)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_EXAMPLE = ROOT / "tests/data/perf_analyzer/docs_example_concurrency.csv"
