@@ -26,6 +26,9 @@ workers, :mod:`dvasim.server.stacks`) divides it further by ``1 + k * (n - 1)`` 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import simpy
 
 from dvasim.config.sections import SHARING_MODES
@@ -36,17 +39,25 @@ MODES = SHARING_MODES  # declared with the [engine] section (dvasim.config.secti
 
 
 class _Job:
-    __slots__ = ("remaining", "demand", "event", "work", "tol")
+    __slots__ = ("remaining", "demand", "event", "done", "work", "tol")
 
-    def __init__(self, work: float, demand: float, event: simpy.Event):
+    def __init__(self, work: float, demand: float, event: simpy.Event | None, done: Callable[[], None] | None):
         self.work = work
         self.remaining = work
         self.demand = demand
-        self.event = event
+        self.event = event  # what finishing succeeds (:meth:`Device.run`), or None
+        self.done = done  # what finishing calls (:meth:`Device.start`), or None
         self.tol = 1e-9 * max(1.0, work)  # remaining work that counts as done (at least; see Device._done)
 
 
 class Device:
+    """The device's running executions and the one timer of the next finish.
+
+    Two ways in: :meth:`run` returns an event that fires when the execution is done (a process waits for it),
+    and re-plans at once; :meth:`start` calls ``done()`` when it is done (the engine's callbacks: no event between
+    the finish and its handler) and re-plans only at :meth:`settle`, so that a handler starting several executions
+    arms one timer. The timer is re-armed only when the next finish moves (a superseded one fires as a no-op)."""
+
     def __init__(self, env: simpy.Environment, mode: str = "fluid", corun_slowdown: float = 1.0, cores: int = 2,
                  corun_per_worker: float = 0.0):
         if mode not in MODES:
@@ -69,16 +80,33 @@ class Device:
         self._last = 0.0
         self._r = 1.0  # the rate of the running executions (see _rate), kept as the set of jobs changes
         self._timer: simpy.Event | None = None  # the armed timer of the next finish (earlier ones are superseded)
+        self._timer_at = math.inf  # when it fires
+        self._stale = False  # jobs were started since the last plan (:meth:`start`)
+        self._planning = False  # inside _reschedule (a done() callback's starts are planned by it)
         self.busy_time = 0.0  # time with at least one execution running
 
     def run(self, work_ms: float, demand: float = 1.0) -> simpy.Event:
         """Start an execution of standalone length ``work_ms``; the event fires when it is done."""
         ev = simpy.Event(self.env)
-        self._advance()
-        self.jobs.append(_Job(float(work_ms), min(1.0, max(float(demand), 1e-12)), ev))
-        self._r = self._rate()
+        self._add(_Job(float(work_ms), min(1.0, max(float(demand), 1e-12)), ev, None))
         self._reschedule()
         return ev
+
+    def start(self, work_ms: float, demand: float, done: Callable[[], None]) -> None:
+        """Start an execution of standalone length ``work_ms``; ``done()`` is called when it is done. Planned at
+        the next :meth:`settle` (or by the finish being handled, when started from a ``done()``)."""
+        self._add(_Job(float(work_ms), min(1.0, max(float(demand), 1e-12)), None, done))
+        self._stale = True
+
+    def settle(self) -> None:
+        """Plan the executions started since the last plan: finish those already done, arm the next timer."""
+        if self._stale and not self._planning:
+            self._reschedule()
+
+    def _add(self, job: _Job) -> None:
+        self._advance()
+        self.jobs.append(job)
+        self._r = self._rate()
 
     # ------------------------------------------------------------------
     def _rate(self) -> float:
@@ -112,37 +140,61 @@ class Device:
             self.busy_time += dt
         self._last = now
 
+    def _finished_jobs(self, te: float) -> list[_Job]:
+        """The jobs done to rounding: remaining work below 1e-9 of the job, or below what the clock cannot
+        resolve at this time (:func:`time_eps`, times the job's rate), so that a timer always advances the clock."""
+        r, jobs = self._r, self.jobs
+        if self._exclusive:
+            first = jobs[0]
+            done = [first] if first.remaining <= max(first.tol, r * te) else []
+            return done + [j for j in jobs[1:] if j.remaining <= j.tol]
+        rte = r * te
+        if len(jobs) == 1:
+            j = jobs[0]
+            return [j] if j.remaining <= (j.tol if j.tol > rte else rte) else []
+        return [j for j in jobs if j.remaining <= max(j.tol, rte)]
+
     def _reschedule(self) -> None:
-        # finish every job that is done (to rounding), then arm a timer for the next finish. Remaining work
-        # counts as done below 1e-9 of the job, or below what the clock cannot resolve at this time
-        # (:func:`time_eps`, times the job's rate), so a timer always advances the clock.
-        te = time_eps(self.env.now)
-        while True:
-            jobs = self.jobs
-            if not jobs:
-                self._timer = None
-                return
-            r = self._r
-            if self._exclusive:
-                done = [j for k, j in enumerate(jobs) if j.remaining <= max(j.tol, (r if k == 0 else 0.0) * te)]
-            else:
-                rte = r * te
-                done = [j for j in jobs if j.remaining <= max(j.tol, rte)]
-            if not done:
-                break
-            self.jobs = [j for j in jobs if j not in done] if len(done) < len(jobs) else []
-            self._r = self._rate()
-            for j in done:
-                j.event.succeed()
+        # finish every job that is done (to rounding), then arm a timer for the next finish (unless armed there)
+        self._planning = True
+        try:
+            while True:
+                te = time_eps(self.env.now)
+                jobs = self.jobs
+                if not jobs:
+                    break
+                done = self._finished_jobs(te)
+                if not done:
+                    break
+                self.jobs = [j for j in jobs if j not in done] if len(done) < len(jobs) else []
+                self._r = self._rate()
+                for j in done:
+                    if j.done is None:
+                        j.event.succeed()
+                    else:
+                        j.done()  # may start executions: the loop plans them
+        finally:
+            self._planning = False
+        self._stale = False
+        jobs = self.jobs
+        if not jobs:
+            self._timer, self._timer_at = None, math.inf
+            return
         # min(remaining) / r == min(remaining / r): division by one positive number keeps the order
-        nxt = (jobs[0].remaining if self._exclusive else min(j.remaining for j in jobs)) / r
-        timer = self.env.timeout(max(nxt, 0.0))
+        nxt = (jobs[0].remaining if self._exclusive else min(j.remaining for j in jobs)) / self._r
+        env = self.env
+        delay = nxt if nxt > 0.0 else 0.0
+        at = env._now + delay  # where simpy puts the timeout (Environment.schedule: now + delay)
+        if at == self._timer_at and self._timer is not None:
+            return  # the next finish has not moved: the armed timer stands
+        timer = env.timeout(delay)
         timer.callbacks.append(self._on_timer)
-        self._timer = timer
+        self._timer, self._timer_at = timer, at
 
     def _on_timer(self, timer: simpy.Event) -> None:
         if timer is not self._timer:
             return  # superseded by a later start or finish
+        self._timer, self._timer_at = None, math.inf
         self._advance()
         te = time_eps(self.env.now)
         r = self._r

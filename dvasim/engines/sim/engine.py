@@ -398,34 +398,40 @@ class Simulation:
         self.poke()
 
     def poke(self, self_k: int = -1) -> None:
-        """Let the pipeline start what it can. An execution for another executor starts when its wake-up is
-        processed (after what is already due at this instant); one for ``self_k`` (the executor that has just
-        finished) is left in its mailbox for the caller to start at once."""
+        """Let the pipeline start what it can. The executor that has just finished (``self_k``) goes on first with
+        its next execution, if it has one, then the others start theirs, in the pipeline's order: at once on the
+        callbacks' path, when their processes are woken with a host model (after what is due at this instant)."""
         now = self.env.now
         mailbox, n_stages, wake_later = self.mailbox, self.n_stages, self.wake_later
-        for ex in self.pipeline.step(now):
-            k = ex.lane * n_stages + ex.stage
-            mailbox[k] = ex
-            if k != self_k:
+        started = self.pipeline.step(now)
+        if started:
+            others = []
+            for ex in started:
+                k = ex.lane * n_stages + ex.stage
+                mailbox[k] = ex
+                if k != self_k:
+                    others.append(k)
+                elif self.host is None:
+                    self._start(k)
+            for k in others:
                 wake_later(k)
         t = self.pipeline.wakeup_time()
         if now < t < self.timer_at:
             self.timer_at = t
-            # the timer is armed by an urgent event of its own at this instant (as a process starting would be)
-            self._fire(partial(self._arm_timer, t), _URGENT)
+            self._fire(partial(self._front_door_fired, t), _URGENT, t - now)
+        if self.host is None:
+            self.device.settle()
 
-    def _fire(self, callback, priority=simpy.events.NORMAL) -> None:
-        """An event due now whose only effect is ``callback``."""
+    def _fire(self, callback, priority=simpy.events.NORMAL, delay: float = 0.0) -> None:
+        """An event due in ``delay`` (now by default) whose only effect is ``callback``. The arrivals and the front
+        door's timer are urgent: at an instant where they meet a finish, they come first (the order they had when
+        a finish reached its handler through an event of its own)."""
         env = self.env
         ev = simpy.Event(env)
         ev._ok = True
         ev._value = None
         ev.callbacks.append(callback)
-        env.schedule(ev, priority)
-
-    def _arm_timer(self, t: float, _ev) -> None:
-        env = self.env
-        env.timeout(t - env.now).callbacks.append(partial(self._front_door_fired, t))
+        env.schedule(ev, priority, delay)
 
     def _front_door_fired(self, t: float, _ev) -> None:
         if self.timer_at == t:
@@ -449,7 +455,7 @@ class Simulation:
             t = group[0]
             if t > env.now:
                 self.due_group = group
-                env.timeout(t - env.now).callbacks.append(self.next_arrivals)
+                self._fire(self.next_arrivals, _URGENT, t - env.now)
                 return
             self._arrive(group)
 
@@ -501,18 +507,19 @@ class Simulation:
         # host-side work before the device: the launch overhead (unless the device does it)
         self.pre_launch = self.launch_overhead_ms if not self.on_device else 0.0
         self.ready = [False] * self.n_exec
-        self.start_cbs = [partial(self._start, k) for k in range(self.n_exec)]
         self.finished_cbs = [partial(self._finished, k) for k in range(self.n_exec)]
         self.wake_later = self._wake_direct
 
     def _wake_direct(self, k: int) -> None:
+        """An execution handed to executor ``k`` starts now (once the executor has started up)."""
         if self.ready[k]:
-            self._fire(self.start_cbs[k])
+            self._start(k)
 
     def _startup(self, k: int, _ev) -> None:
         self.ready[k] = True
         if self.mailbox[k] is not None:
             self._start(k)
+            self.device.settle()
 
     def _start(self, k: int, _ev=None) -> None:
         """Executor ``k`` launches the execution in its mailbox: host-side work first (the launch overhead, and
@@ -522,22 +529,26 @@ class Simulation:
         if self.copy_on_launch and ex.stage == 0:
             pre += self._launch_copy_ms(ex)
         if pre > 0:
-            self.env.timeout(pre).callbacks.append(partial(self._run_on_device, k, ex))
+            self.env.timeout(pre).callbacks.append(partial(self._launch_after, k, ex))
         else:
             self._run_on_device(k, ex)
 
-    def _run_on_device(self, k: int, ex, _ev=None) -> None:
-        work = ex.standalone_ms * (self._draw_jitter() if self.jittered else 1.0)
-        self.device.run(work + self.extra, ex.demand).callbacks.append(self.finished_cbs[k])
+    def _launch_after(self, k: int, ex, _ev) -> None:
+        """The host-side work before a launch is done: the execution goes to the device."""
+        self._run_on_device(k, ex)
+        self.device.settle()
 
-    def _finished(self, k: int, _ev) -> None:
+    def _run_on_device(self, k: int, ex) -> None:
+        work = ex.standalone_ms * (self._draw_jitter() if self.jittered else 1.0)
+        self.device.start(work + self.extra, ex.demand, self.finished_cbs[k])
+
+    def _finished(self, k: int) -> None:
+        """The device is done with executor ``k``'s execution (called by the device, which plans what starts)."""
         mailbox = self.mailbox
         ex = mailbox[k]
         mailbox[k] = None
         self.after_finish(ex)
         self.poke(k)
-        if mailbox[k] is not None:  # this executor goes on at once with its next batch
-            self._start(k)
 
     # ---- with a host model: one process per executor
     def _build_host_executors(self) -> None:
