@@ -278,30 +278,32 @@ class BatchTable:
     def complete(self, item: BatchItem, stage: int, now: float = math.nan) -> Completion:
         """Record that ``item`` finished ``stage`` at ``now`` (updates ``status_map``)."""
         b = self.rows[item.bid]
-        b.status_map[stage] += item.num
-        if b.status_map[stage] > b.bs:
+        bs = len(b.queries)
+        status_map = b.status_map
+        done = status_map[stage] = status_map[stage] + item.num
+        if done > bs:
             raise MetaOpError(f"batch {b.bid}: stage {stage} completed more queries than the batch has")
         if stage == self.n_stages - 1:
             self._active -= item.num
-            exited = b.item_queries(item)
-            if b.status_map[stage] == b.bs:
+            exited = b.queries[item.start:item.start + item.num]
+            if done == bs:
                 if not math.isnan(now):
                     self._tick(now)
                 del self.rows[b.bid]
                 if self.latest_id == b.bid:
                     self.latest_id = None
             return Completion(b, exited, False)
-        ready = b.status_map[stage] == b.bs and b.issued[stage + 1] < b.bs
-        return Completion(b, [], ready)
+        return Completion(b, [], done == bs and b.issued[stage + 1] < bs)
 
     def advance(self, bid: int, stage: int) -> BatchItem:
         """Hand the queries of a ready batch that have completed ``stage`` on to stage ``stage+1``."""
         b = self.rows[bid]
-        if b.status_map[stage] != b.bs:
+        bs = len(b.queries)
+        if b.status_map[stage] != bs:
             raise MetaOpError(f"batch {bid}: not every query has completed stage {stage}")
         start = b.issued[stage + 1]
-        b.issued[stage + 1] = b.bs
-        return BatchItem(bid, start, b.bs - start, b.slot)
+        b.issued[stage + 1] = bs
+        return BatchItem(bid, start, bs - start, b.slot)
 
     def can_split(self, bid: int, stage: int) -> str | None:
         """Why batch ``bid`` cannot be split at the boundary after ``stage`` now, or None if it can."""

@@ -55,10 +55,7 @@ class Executor:
         self.owed: set[int] = set()  # pairs whose predecessor buffer we must give back
         self.record = record
         self.history: list[ExecutorState] = [self.state]
-
-    @property
-    def is_last(self) -> bool:
-        return self.stage == self.n_stages - 1
+        self.is_last = stage == n_stages - 1
 
     def _to(self, state: ExecutorState) -> None:
         self.state = state

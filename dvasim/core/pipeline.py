@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dvasim.core.arith import int_sum
 from dvasim.core.batch_table import Batch, BatchItem, BatchTable, MetaOpError
@@ -62,9 +62,27 @@ class Lane:
         self.buffers = BufferPairs(n_stages, n_buffer_pairs)
         self.executors = [Executor(i, n_stages, self.buffers, record_states) for i in range(n_stages)]
         self.queues: list[deque[BatchItem]] = [deque() for _ in range(n_stages)]
+        self.pairs = list(zip(self.executors, self.queues))
         self.batches = 0  # batches of the batch table that live in this lane
-        # something changed since the executors last reached a fixed point (only then can one of them move)
-        self.dirty = True
+        self.n_stages = n_stages
+        # the first stage whose executor something changed for since the executors last reached a fixed point
+        # (n_stages: none; only such an executor, or one after it, can move)
+        self.lo = 0
+        # what a change at stage s can affect: with one buffer pair every executor (a pair busy anywhere is busy
+        # for all); else the executors s-2 .. s+1 (the buffers of boundaries s-1 .. s+1 that stage s touches)
+        self.reach = n_stages if n_buffer_pairs == 1 else 2
+
+    def touch(self, stage: int) -> None:
+        """Something changed for executor ``stage`` (its state, queue or buffers): it is examined again."""
+        lo = 0 if self.reach == self.n_stages else stage
+        if lo < self.lo:
+            self.lo = lo
+
+    def changed(self, stage: int) -> None:
+        """Stage ``stage``'s buffers changed (an execution finished): every executor they can affect is examined."""
+        lo = stage - self.reach
+        if lo < self.lo:
+            self.lo = lo if lo > 0 else 0
 
     def first_stage_free(self) -> bool:
         return not self.queues[0] and self.executors[0].state in (ExecutorState.ACTIVE, ExecutorState.INACTIVE)
@@ -84,7 +102,7 @@ class Execution:
     start: float = math.nan
     end: float = math.nan
     lane: int = 0
-    info: dict = field(default_factory=dict)
+    info: dict | None = None  # an engine's own notes on it (the replay's measured copy time, rows run)
     padded_size: int = 0  # the rows it runs when a policy pads batches with dummy rows (0: no padding)
 
     @property
@@ -155,6 +173,8 @@ class Pipeline:
         self.on_begin: list[Callable[[Execution], None]] = []
         self.on_finish: list[Callable[[Execution], None]] = []
         self._now = 0.0
+        # a policy that never decides at a stage boundary is not asked there (its answer is always None)
+        self._boundary_policy = getattr(policy, "decides_at_boundary", True)
         policy.bind(self)
 
     # ------------------------------------------------------------------ PipelineView
@@ -237,60 +257,78 @@ class Pipeline:
             self.exit_hook(queries)
 
     def wakeup_time(self) -> float:
-        return self.policy.next_wakeup(self._now)
+        policy = self.policy
+        return policy.next_wakeup(self._now) if policy.has_pending() else math.inf
 
     def step(self, now: float) -> list[Execution]:
+        """Form batches at the front door (the policy is asked only while it has queries waiting) and let the
+        executors move until none can: returns the executions that start now, in the order they started."""
         self._now = now
-        for op in self.policy.admit(now):
-            self._apply_front(op, now)
+        if self.policy.has_pending():
+            for op in self.policy.admit(now):
+                self._apply_front(op, now)
         started: list[Execution] = []
         for lane in self.lanes:
-            if not lane.dirty:
+            n = lane.n_stages
+            if lane.lo >= n:
                 continue
-            lane.dirty = False
-            progress = True
-            while progress:
-                progress = False
-                for ex, queue in zip(lane.executors, lane.queues):
+            # passes over the executors until one makes no progress; a pass starts at the first executor that a
+            # change since it was last examined can affect (the others would find what they found before)
+            start, lane.lo = lane.lo, n
+            pairs, reach = lane.pairs, lane.reach
+            while start < n:
+                nxt = n
+                for s in range(start, n):
+                    ex, queue = pairs[s]
                     state = ex.state
                     if state is WORKING:
                         continue
+                    moved = False
                     head = queue[0] if queue else None
                     if head is not None and head.slot is None:
                         head = self._resolve_slot(head)
                     if state is INACTIVE:
-                        progress |= ex.wake(head)
-                    if ex.state is ACTIVE:
-                        if ex.owed:
-                            progress |= ex.release_owed()
+                        moved = ex.wake(head)
+                    state = ex.state
+                    if state is ACTIVE:
+                        if ex.owed and ex.release_owed():
+                            moved = True
                         if head is not None and ex.can_pull(head):
                             queue.popleft()
                             item = ex.pull(head)
-                            self.table[item.bid].slot = item.slot
+                            self.table.rows[item.bid].slot = item.slot
                             if ex.state is WORKING:
-                                started.append(self._begin(lane, ex.stage, item, now))
-                            progress = True
-                    elif ex.state is CHECKING and ex.retry():
-                        started.append(self._begin(lane, ex.stage, ex.item, now))
-                        progress = True
+                                started.append(self._begin(lane, s, item, now))
+                            moved = True
+                    elif state is CHECKING and ex.retry():
+                        started.append(self._begin(lane, s, ex.item, now))
+                        moved = True
+                    if moved and s - reach < nxt:
+                        nxt = s - reach if s > reach else 0
+                start = nxt
         return started
 
     def finish(self, execution: Execution, now: float) -> None:
         self._now = now
         stage = execution.stage
         lane = self.lanes[execution.lane]
-        lane.dirty = True
+        lane.changed(stage)
         queue = lane.queues[stage]
-        item = lane.executors[stage].finish(self._resolve_slot(queue[0]) if queue else None)
+        head = queue[0] if queue else None
+        if head is not None and head.slot is None:
+            head = self._resolve_slot(head)
+        item = lane.executors[stage].finish(head)
         del self.running[id(execution)]
         execution.end = now
         for q in execution.queries:
             q.stage_finish[stage] = now
-        for cb in self.on_finish:
-            cb(execution)
+        if self.on_finish:
+            for cb in self.on_finish:
+                cb(execution)
         done = self.table.complete(item, stage, now)
         batch = done.batch
-        if batch.bid not in self.table:
+        rows = self.table.rows
+        if batch.bid not in rows:
             self._add_batches(lane, -1)
         if done.exited:
             for q in done.exited:
@@ -302,12 +340,15 @@ class Pipeline:
                 self.exited.extend(done.exited)
             else:
                 self.exit_hook(done.exited)
-            if batch.bid not in self.table:
+            if batch.bid not in rows and self._serial_next:
                 self._serial_successor(lane, batch)
             return
         if not done.ready:
             return
-        op = self.policy.at_boundary(batch, stage, now)
+        op = self.policy.at_boundary(batch, stage, now) if self._boundary_policy else None
+        if op is None:
+            self._push(stage + 1, self.table.advance(batch.bid, stage))
+            return
         if isinstance(op, Split):
             self._split(lane, op, stage, now)
             return
@@ -340,7 +381,7 @@ class Pipeline:
         except MetaOpError as e:
             raise PolicyError(f"{self.policy.name}: {e}") from None
         self._add_batches(lane, len(items) - 1)
-        lane.dirty = True
+        lane.touch(0)  # (a serial split holds its pair: no fresh batch takes it at the first stage)
         for it in items:
             self.table[it.bid].lane = lane.index
         # a sub-batch of a serial split that is split again keeps its place in its siblings' chain
@@ -371,7 +412,7 @@ class Pipeline:
         if batch.bid not in self._serial_next:
             return
         nxt = self._serial_next.pop(batch.bid)
-        lane.dirty = True
+        lane.touch(0)
         if nxt is None:
             lane.buffers.held[batch.slot] -= 1
             return
@@ -384,8 +425,8 @@ class Pipeline:
         return item
 
     def _push(self, stage: int, item: BatchItem) -> None:
-        lane = self.lanes[self.table[item.bid].lane]
-        lane.dirty = True
+        lane = self.lanes[self.table.rows[item.bid].lane]
+        lane.touch(stage)
         if stage > 0:
             lane.buffers.pending[stage][item.slot] += 1
         lane.queues[stage].append(item)
@@ -428,7 +469,7 @@ class Pipeline:
             self.table.mark_splittable(op.bid)
         # rows added before the batch's first stage started simply join its queued item
         lane = self.lanes[self.table[op.bid].lane]
-        lane.dirty = True
+        lane.touch(0)
         q0 = lane.queues[0]
         for k, queued in enumerate(q0):
             if queued.bid == op.bid and queued.start + queued.num == item.start:
@@ -437,9 +478,9 @@ class Pipeline:
         self._push(0, item)
 
     def _begin(self, lane: Lane, stage: int, item: BatchItem, now: float) -> Execution:
-        batch = self.table[item.bid]
-        queries = batch.item_queries(item)
-        seq_len = max(q.seq_len for q in queries)
+        batch = self.table.rows[item.bid]
+        queries = batch.queries[item.start:item.start + item.num]
+        seq_len = queries[0].seq_len if len(queries) == 1 else max(q.seq_len for q in queries)
         if stage == 0 and math.isnan(batch.first_start):
             batch.first_start = now
         key = (stage, item.num, seq_len)
@@ -455,8 +496,9 @@ class Pipeline:
         for q in queries:
             q.stage_start[stage] = now
         self.running[id(ex)] = ex
-        for cb in self.on_begin:
-            cb(ex)
+        if self.on_begin:
+            for cb in self.on_begin:
+                cb(ex)
         return ex
 
     # ------------------------------------------------------------------ diagnostics

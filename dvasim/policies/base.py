@@ -133,6 +133,14 @@ class Policy(ABC):
     aliases: ClassVar[tuple[str, ...]] = ()  # other names it answers to in a config
     params: ClassVar[dict[str, str]] = {}
 
+    # whether the policy decides anything at a stage boundary (it overrides :meth:`at_boundary`); a pipeline
+    # does not ask one that does not
+    decides_at_boundary: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.decides_at_boundary = cls.at_boundary is not Policy.at_boundary
+
     def __init__(self) -> None:
         self.pending: deque[Query] = deque()
         self.view: PipelineView | None = None
@@ -156,6 +164,13 @@ class Policy(ABC):
         """The next time :meth:`admit` must be called even if nothing else happens (``inf`` if never)."""
         return math.inf
 
+    def has_pending(self) -> bool:
+        """Whether :meth:`admit` and :meth:`next_wakeup` may have anything to say now. The engines ask neither
+        while it is False (their answers would be no operation and ``inf``). True here, so a policy is always
+        asked; a policy whose front door acts only on waiting queries answers whether any wait
+        (:class:`FrontDoorPolicy`)."""
+        return True
+
     def lane_batch_sizes(self, lane: int) -> list[int] | None:
         """The batch sizes (rows run) this policy can ever form on lane ``lane`` (model instance), or None: any
         size up to its largest. Asked after the pipeline is built; an engine that prepares per batch size (the
@@ -169,6 +184,14 @@ class Policy(ABC):
     # helpers for subclasses
     def take(self, n: int) -> list[Query]:
         return [self.pending.popleft() for _ in range(min(n, len(self.pending)))]
+
+
+class FrontDoorPolicy(Policy):
+    """A policy whose front door acts only on waiting queries (``pending``): with none waiting, :meth:`admit`
+    forms nothing and :meth:`next_wakeup` is ``inf``, so the engines do not ask."""
+
+    def has_pending(self) -> bool:
+        return bool(self.pending)
 
 
 def check_positive_int(field: str, value: Any, minimum: int = 1) -> int:

@@ -124,8 +124,8 @@ from dvasim.core.arith import int_sum, left_sum
 from dvasim.errors import ConfigError
 from dvasim.policies.base import (
     SPLIT_MANNERS,
+    FrontDoorPolicy,
     New,
-    Policy,
     Split,
     Stretch,
     check_nonneg_number,
@@ -174,7 +174,7 @@ def padding_waste(profile, lengths, batch_size: int) -> float:
 
 
 @register
-class DVABatch(Policy):
+class DVABatch(FrontDoorPolicy):
     """DVABatch (Cui et al., ATC'22, §7): multi-entry multi-exit batching on a sliced model. Policy I (input
     diversity) clusters pending queries by length, Policy II (operator diversity) splits a batch where its
     remaining stages prefer smaller batches, Policy III (load diversity) stretches the latest batch with new

@@ -88,7 +88,7 @@ from typing import Any, Protocol
 from dvasim.core.arith import int_sum
 from dvasim.core.pipeline import MAX_INSTANCES
 from dvasim.errors import ConfigError
-from dvasim.policies.base import New, Policy, check_positive_int, register
+from dvasim.policies.base import FrontDoorPolicy, New, check_positive_int, register
 
 PAPER_WORKERS = (1, 1, 2, 4, 8, 16)  # N-Ebird's engine, paper §7.2.1
 PAPER_TOTAL_BS = (4, 8, 16, 32)  # E-Ebird's profiled loads, paper §7.3.2
@@ -149,7 +149,7 @@ def _check_sizes(field: str, value: Any, *, allow_empty: bool = False) -> list[i
     return [check_positive_int(field, v) for v in value]
 
 
-class _Ebird(Policy):
+class _Ebird(FrontDoorPolicy):
     """Algorithm 1's dispatch, shared by N-Ebird and E-Ebird (see the module docstring)."""
 
     conf_per_round = False  # does the idle queue depend on the number of ready inputs (E-Ebird's CurConf)?

@@ -63,8 +63,8 @@ import math
 from dvasim.core.arith import left_sum
 from dvasim.errors import ConfigError
 from dvasim.policies.base import (
+    FrontDoorPolicy,
     New,
-    Policy,
     Stretch,
     check_nonneg_number,
     check_positive_int,
@@ -85,7 +85,7 @@ def coverage_length(lengths, coverage: float) -> int:
 
 
 @register
-class LazyBatch(Policy):
+class LazyBatch(FrontDoorPolicy):
     __doc__ = __doc__
 
     name = "lazybatch"

@@ -28,10 +28,18 @@ from dataclasses import dataclass
 
 from dvasim.core.query import Query
 from dvasim.errors import ConfigError
-from dvasim.policies.base import New, Policy, check_nonneg_number, check_positive_int, register, time_eps
+from dvasim.policies.base import (
+    FrontDoorPolicy,
+    New,
+    Policy,
+    check_nonneg_number,
+    check_positive_int,
+    register,
+    time_eps,
+)
 
 
-class TritonDynamicBatcher(Policy):
+class TritonDynamicBatcher(FrontDoorPolicy):
     params = {
         "max_batch_size": "largest batch the batcher forms",
         "preferred_batch_size": "batch sizes that leave at once when they can be formed (int or list)",
@@ -314,6 +322,9 @@ class TritonServerBatcher(TritonDynamicBatcher):
     @pending.setter
     def pending(self, _value) -> None:  # the base class's one queue: this batcher keeps one per level
         pass
+
+    def has_pending(self) -> bool:
+        return any(lv.queue or lv.delayed for lv in self._order)
 
     # ---- the front door
     def on_arrival(self, query: Query) -> None:

@@ -559,7 +559,7 @@ class ReplayEngine:
             if samples is not None:
                 samples += samples[:1] * (ex.padded_size - len(rows))
             rows = range(rows.start, rows.start + ex.padded_size)
-        ex.info["rows_run"] = len(rows)
+        ex.info = {"rows_run": len(rows)}  # (the simulator leaves it None: no dict per execution)
         t = time.perf_counter()
         if s == 0:
             x = self.inputs.gather(samples, L)
@@ -582,8 +582,8 @@ class ReplayEngine:
             "row_start": ex.rows.start, "batch_size": ex.batch_size, "seq_len": ex.seq_len,
             "table_ms": ex.standalone_ms, "start_ms": ex.start, "begin_ms": t_begin, "end_ms": t_end,
             "finish_ms": finish, "handoff_ms": t_begin - ex.start, "bookkeeping_ms": finish - t_end,
-            "compute_ms": t_end - t_begin, "copy_ms": ex.info.get("copy_ms", math.nan),
-            "rows_run": ex.info.get("rows_run", ex.batch_size),
+            "compute_ms": t_end - t_begin, "copy_ms": (ex.info or {}).get("copy_ms", math.nan),
+            "rows_run": (ex.info or {}).get("rows_run", ex.batch_size),
             "query_ids": [q.qid for q in ex.queries],
         }
 
