@@ -95,7 +95,8 @@ class Device:
     def start(self, work_ms: float, demand: float, done: Callable[[], None]) -> None:
         """Start an execution of standalone length ``work_ms``; ``done()`` is called when it is done. Planned at
         the next :meth:`settle` (or by the finish being handled, when started from a ``done()``)."""
-        self._add(_Job(float(work_ms), min(1.0, max(float(demand), 1e-12)), None, done))
+        d = float(demand)
+        self._add(_Job(float(work_ms), 1.0 if d >= 1.0 else d if d > 1e-12 else 1e-12, None, done))
         self._stale = True
 
     def settle(self) -> None:
@@ -127,7 +128,7 @@ class Device:
         return (1.0 if total <= 1.0 + 1e-12 else 1.0 / total) / slow
 
     def _advance(self) -> None:
-        now = self.env.now
+        now = self.env._now  # (the attribute behind Environment.now: read on every start and finish)
         dt = now - self._last
         jobs = self.jobs
         if dt > 0 and jobs:
@@ -158,12 +159,12 @@ class Device:
         # finish every job that is done (to rounding), then arm a timer for the next finish (unless armed there)
         self._planning = True
         try:
+            env = self.env
             while True:
-                te = time_eps(self.env.now)
                 jobs = self.jobs
                 if not jobs:
                     break
-                done = self._finished_jobs(te)
+                done = self._finished_jobs(time_eps(env._now))
                 if not done:
                     break
                 self.jobs = [j for j in jobs if j not in done] if len(done) < len(jobs) else []
@@ -187,8 +188,11 @@ class Device:
         at = env._now + delay  # where simpy puts the timeout (Environment.schedule: now + delay)
         if at == self._timer_at and self._timer is not None:
             return  # the next finish has not moved: the armed timer stands
-        timer = env.timeout(delay)
+        timer = simpy.Event(env)  # a timeout, scheduled as env.timeout schedules one (normal priority, delay)
+        timer._ok = True
+        timer._value = None
         timer.callbacks.append(self._on_timer)
+        env.schedule(timer, simpy.events.NORMAL, delay)
         self._timer, self._timer_at = timer, at
 
     def _on_timer(self, timer: simpy.Event) -> None:
@@ -196,7 +200,7 @@ class Device:
             return  # superseded by a later start or finish
         self._timer, self._timer_at = None, math.inf
         self._advance()
-        te = time_eps(self.env.now)
+        te = time_eps(self.env._now)
         r = self._r
         for j in self.jobs[:1] if self._exclusive else self.jobs:
             if j.remaining / r <= max(j.tol, te):

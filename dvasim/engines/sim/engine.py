@@ -401,7 +401,7 @@ class Simulation:
         """Let the pipeline start what it can. The executor that has just finished (``self_k``) goes on first with
         its next execution, if it has one, then the others start theirs, in the pipeline's order: at once on the
         callbacks' path, when their processes are woken with a host model (after what is due at this instant)."""
-        now = self.env.now
+        now = self.env._now
         mailbox, n_stages, wake_later = self.mailbox, self.n_stages, self.wake_later
         started = self.pipeline.step(now)
         if started:

@@ -1,0 +1,37 @@
+"""The optional compiled core: which modules ``make compiled`` builds with mypyc (``tools/compile_core.py``), and
+whether the imported ones are the compiled extensions.
+
+The pure-Python modules stay the default and the reference: a compiled module is built in place, next to its
+``.py`` file, and Python's import system takes an extension module before a ``.py`` of the same name in the same
+folder; ``make pure`` removes the built files. Results are the same, bit for bit, either way
+(``tests/test_compiled.py`` checks golden runs).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# the modules mypyc compiles: the mechanism's hot paths (the pipeline's control plane and what it calls on every
+# stage execution) and the device-sharing model, each measured to pay (README, "A compiled core")
+COMPILED_MODULES: tuple[str, ...] = (
+    "dvasim.core.arith",
+    "dvasim.core.operations",
+    "dvasim.core.query",
+    "dvasim.core.buffers",
+    "dvasim.core.batch_table",
+    "dvasim.core.executor",
+    "dvasim.core.pipeline",
+    "dvasim.engines.sim.device",
+)
+
+EXTENSION_SUFFIXES = (".so", ".pyd")
+
+
+def compiled_modules() -> dict[str, bool]:
+    """For each module of :data:`COMPILED_MODULES`: True if the imported module is the compiled extension (its
+    file a ``.so`` / ``.pyd``), False if it is the pure-Python source."""
+    out: dict[str, bool] = {}
+    for name in COMPILED_MODULES:
+        path = getattr(importlib.import_module(name), "__file__", None) or ""
+        out[name] = path.endswith(EXTENSION_SUFFIXES)
+    return out
