@@ -418,7 +418,9 @@ class Simulation:
         t = self.pipeline.wakeup_time()
         if now < t < self.timer_at:
             self.timer_at = t
-            self._fire(partial(self._front_door_fired, t), _URGENT, t - now)
+            # armed by an urgent event of its own at this instant (as a process starting would be): after what this
+            # handler schedules (the next arrivals: an arrival at the deadline comes first)
+            self._fire(partial(self._arm_timer, t), _URGENT)
         if self.host is None:
             self.device.settle()
 
@@ -432,6 +434,9 @@ class Simulation:
         ev._value = None
         ev.callbacks.append(callback)
         env.schedule(ev, priority, delay)
+
+    def _arm_timer(self, t: float, _ev) -> None:
+        self._fire(partial(self._front_door_fired, t), _URGENT, t - self.env._now)
 
     def _front_door_fired(self, t: float, _ev) -> None:
         if self.timer_at == t:
