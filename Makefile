@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 OUT    ?= results/compare
 
-.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean
+.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean compiled pure
 
 $(VENV)/.stamp-run: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,15 @@ bench: $(VENV)/.stamp-run
 
 bench-10m: $(VENV)/.stamp-run
 	$(PY) benchmarks/bench_memory.py
+
+# the optional compiled core: mypyc builds the hot modules listed in dvasim/compiled.py in place, next to their
+# .py files (tools/compile_core.py; needs a C compiler); `make pure` removes them. The pure path is the default.
+compiled: $(VENV)/.stamp-run
+	$(PY) -c "import mypyc, setuptools" 2>/dev/null || $(PY) -m pip install -q "mypy>=1.17" setuptools
+	$(PY) tools/compile_core.py
+
+pure:
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) tools/compile_core.py --clean
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check .

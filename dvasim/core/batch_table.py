@@ -34,14 +34,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from dvasim.core.arith import int_sum
+from dvasim.core.errors import MetaOpError
 from dvasim.core.query import Query
-
-
-class MetaOpError(RuntimeError):
-    """A policy asked for a meta operation that the batch table does not allow."""
 
 
 @dataclass(eq=False, slots=True)
@@ -111,7 +108,7 @@ class Completion:
 class BatchTable:
     """All ongoing batches on one device, in creation order."""
 
-    LOG_LIMIT = 100_000
+    LOG_LIMIT: ClassVar[int] = 100_000
 
     def __init__(self, n_stages: int):
         if n_stages < 1:

@@ -30,6 +30,7 @@ from enum import Enum
 
 from dvasim.core.batch_table import BatchItem
 from dvasim.core.buffers import BufferPairs, BufferState
+from dvasim.core.errors import TransitionError
 
 
 class ExecutorState(str, Enum):
@@ -37,10 +38,6 @@ class ExecutorState(str, Enum):
     CHECKING = "checking"
     WORKING = "working"
     INACTIVE = "inactive"
-
-
-class TransitionError(RuntimeError):
-    """A transition that Figure 11 does not have."""
 
 
 class Executor:

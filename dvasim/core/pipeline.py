@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from dvasim.core.arith import int_sum
 from dvasim.core.batch_table import Batch, BatchItem, BatchTable, MetaOpError
 from dvasim.core.buffers import BufferPairs
+from dvasim.core.errors import PolicyError
 from dvasim.core.executor import Executor, ExecutorState
 from dvasim.core.operations import SPLIT_MANNERS, New, Split, Stretch
 from dvasim.core.query import UNSERVED, Query
@@ -48,10 +49,6 @@ MAX_INSTANCES = 64  # the mechanism's limit on a pipeline's instances (model ins
 
 ACTIVE, CHECKING, WORKING, INACTIVE = (ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING,
                                        ExecutorState.INACTIVE)
-
-
-class PolicyError(RuntimeError):
-    """A policy returned an operation the mechanism cannot carry out."""
 
 
 class Lane:

@@ -29,43 +29,58 @@ from tests.conftest import make_table, random_cost_table
 from tests.core.test_pipeline_properties import ChaosPolicy
 
 
-class FullPassPipeline(Pipeline):
-    """The reference: every pass examines every executor of every lane, from the first stage, until a pass
+def full_pass_step(self, now):
+    """The reference step: every pass examines every executor of every lane, from the first stage, until a pass
     starts nothing and changes no state (the step of the engine before issue 25)."""
+    self._now = now
+    if self.policy.has_pending():
+        for op in self.policy.admit(now):
+            self._apply_front(op, now)
+    started = []
+    for lane in self.lanes:
+        lane.lo = lane.n_stages
+        progress = True
+        while progress:
+            progress = False
+            for ex, queue in zip(lane.executors, lane.queues):
+                if ex.state is WORKING:
+                    continue
+                head = queue[0] if queue else None
+                if head is not None and head.slot is None:
+                    head = self._resolve_slot(head)
+                if ex.state is INACTIVE:
+                    progress |= ex.wake(head)
+                if ex.state is ACTIVE:
+                    if ex.owed:
+                        progress |= ex.release_owed()
+                    if head is not None and ex.can_pull(head):
+                        queue.popleft()
+                        item = ex.pull(head)
+                        self.table[item.bid].slot = item.slot
+                        if ex.state is WORKING:
+                            started.append(self._begin(lane, ex.stage, item, now))
+                        progress = True
+                elif ex.state is CHECKING and ex.retry():
+                    started.append(self._begin(lane, ex.stage, ex.item, now))
+                    progress = True
+    return started
+
+
+class FullPassPipeline:
+    """A :class:`Pipeline` whose :meth:`step` is :func:`full_pass_step` (a wrapper, not a subclass: the compiled
+    core's classes take no interpreted subclass); everything else is the wrapped pipeline's."""
+
+    def __init__(self, *args, **kw):
+        object.__setattr__(self, "_pipe", Pipeline(*args, **kw))
 
     def step(self, now):
-        self._now = now
-        if self.policy.has_pending():
-            for op in self.policy.admit(now):
-                self._apply_front(op, now)
-        started = []
-        for lane in self.lanes:
-            lane.lo = lane.n_stages
-            progress = True
-            while progress:
-                progress = False
-                for ex, queue in zip(lane.executors, lane.queues):
-                    if ex.state is WORKING:
-                        continue
-                    head = queue[0] if queue else None
-                    if head is not None and head.slot is None:
-                        head = self._resolve_slot(head)
-                    if ex.state is INACTIVE:
-                        progress |= ex.wake(head)
-                    if ex.state is ACTIVE:
-                        if ex.owed:
-                            progress |= ex.release_owed()
-                        if head is not None and ex.can_pull(head):
-                            queue.popleft()
-                            item = ex.pull(head)
-                            self.table[item.bid].slot = item.slot
-                            if ex.state is WORKING:
-                                started.append(self._begin(lane, ex.stage, item, now))
-                            progress = True
-                    elif ex.state is CHECKING and ex.retry():
-                        started.append(self._begin(lane, ex.stage, ex.item, now))
-                        progress = True
-        return started
+        return full_pass_step(self._pipe, now)
+
+    def __getattr__(self, name):
+        return getattr(self._pipe, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._pipe, name, value)
 
 
 def _records(res):

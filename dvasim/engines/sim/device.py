@@ -58,7 +58,7 @@ class Device:
     the finish and its handler) and re-plans only at :meth:`settle`, so that a handler starting several executions
     arms one timer. The timer is re-armed only when the next finish moves (a superseded one fires as a no-op)."""
 
-    def __init__(self, env: simpy.Environment, mode: str = "fluid", corun_slowdown: float = 1.0, cores: int = 2,
+    def __init__(self, env: simpy.Environment, mode: str = "fluid", corun_slowdown: float = 1.0, cores: float = 2,
                  corun_per_worker: float = 0.0):
         if mode not in MODES:
             raise ValueError(f"sharing mode must be one of {MODES}, got {mode!r}")
