@@ -18,8 +18,25 @@ $(VENV)/.stamp-dev: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,replay]'
 	touch $(VENV)/.stamp-run $@
 
+# `make run` runs the main job on the compiled core when it can be built: a copy of the package in
+# $(COMPILED), its hot modules built with mypyc (tools/compile_core.py --copy-to), rebuilt whenever a source changes;
+# the checkout itself stays pure (the tests import it). Without a C compiler (or mypy) it runs the pure-Python
+# package: same results, bit for bit, slower. DVASIM_CORE=pure skips the build.
+COMPILED := $(VENV)/compiled
+SOURCES  := $(shell find dvasim -name '*.py' 2>/dev/null)
+
+$(COMPILED)/.stamp: $(VENV)/.stamp-run tools/compile_core.py $(SOURCES)
+	@rm -rf $(COMPILED)
+	@$(PY) -c "import mypyc, setuptools" 2>/dev/null || $(PY) -m pip install -q "mypy>=1.17" setuptools \
+		|| echo "make run: could not install mypy: the pure-Python core runs"
+	@$(PY) tools/compile_core.py --copy-to $(COMPILED) && touch $@ \
+		|| echo "make run: the compiled core could not be built: the pure-Python core runs"
+
 run: $(VENV)/.stamp-run
-	$(VENV)/bin/dvasim compare --out $(OUT)
+	@if [ "$(DVASIM_CORE)" != pure ]; then $(MAKE) --no-print-directory $(COMPILED)/.stamp; fi
+	@if [ "$(DVASIM_CORE)" != pure ] && [ -f $(COMPILED)/.stamp ]; then \
+		echo "core: compiled (mypyc, $(COMPILED))"; PYTHONPATH=$(COMPILED) $(VENV)/bin/dvasim compare --out $(OUT); \
+	else echo "core: pure Python"; $(VENV)/bin/dvasim compare --out $(OUT); fi
 
 run-one: $(VENV)/.stamp-run
 	$(VENV)/bin/dvasim run configs/default.toml --out results/default
@@ -37,6 +54,7 @@ fuzz: $(VENV)/.stamp-dev
 		tests/test_bad_input_corpus.py tests/engines/test_long_time.py --hypothesis-show-statistics
 
 bench: $(VENV)/.stamp-run
+	$(PY) benchmarks/bench_ratio.py --stacks gpu-only,triton-tensorrt --profile
 	$(PY) benchmarks/bench_speed.py
 	$(PY) benchmarks/bench_sim.py
 	$(PY) benchmarks/bench_study.py

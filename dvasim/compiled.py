@@ -12,15 +12,17 @@ from __future__ import annotations
 import importlib
 
 # the modules mypyc compiles: the mechanism's hot paths (the pipeline's control plane, the batch table, executors
-# and buffer pairs it calls on every stage execution) and the device-sharing model, each measured to pay; the
-# plain records and small helpers they use (query, operations, arith) gained nothing measurable and stay pure,
-# and so do the policies (subclassed everywhere, by tests too)
+# and buffer pairs it calls on every stage execution), the device-sharing model and the SimPy engine, each
+# measured to pay; the plain records and small helpers they use (query, operations, arith) gained nothing
+# measurable and stay pure, and so do the engine's result and errors (dvasim.engines.sim.result) and the policies
+# (subclassed everywhere, by tests too)
 COMPILED_MODULES: tuple[str, ...] = (
     "dvasim.core.buffers",
     "dvasim.core.batch_table",
     "dvasim.core.executor",
     "dvasim.core.pipeline",
     "dvasim.engines.sim.device",
+    "dvasim.engines.sim.engine",
 )
 
 EXTENSION_SUFFIXES = (".so", ".pyd")

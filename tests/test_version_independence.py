@@ -76,6 +76,8 @@ CLOCK_PATH: dict[str, str] = {
     "dvasim/policies/triton.py": "Triton's batcher: batch windows, queue policy timeouts",
     "dvasim/engines/sim/__init__.py": "the simulator's entry points",
     "dvasim/engines/sim/engine.py": "the SimPy engine: the clock itself, arrivals, launches, host costs",
+    "dvasim/engines/sim/result.py": "a run's result and the engine's errors (no arithmetic; their own module so "
+                                     "mypyc leaves them pure)",
     "dvasim/engines/sim/device.py": "device sharing: each execution's progress rate (fluid: 1 / sum of demands)",
     "dvasim/engines/sim/corun.py": "E-Ebird's simulated co-runs: the average latency that picks the engine",
     "dvasim/engines/sim/cluster.py": "replicas behind a router: hand-offs, network delays, busy time",

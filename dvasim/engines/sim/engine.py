@@ -20,16 +20,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 import simpy
 
-from dvasim.core.pipeline import Pipeline
 from dvasim.core.query import Query
 from dvasim.engines.sim.device import Device
+from dvasim.engines.sim.result import (  # noqa: F401  (re-exported)
+    DeadlockError,
+    SimOptions,
+    SimResult,
+    SimulationStuck,
+    StopRequested,
+)
 from dvasim.errors import OutputError
 from dvasim.progress import NoBar, progress_bar
 from dvasim.reporting.records import RecordStore
@@ -37,35 +42,10 @@ from dvasim.reporting.records import RecordStore
 _URGENT = simpy.events.URGENT  # an event due before the normal ones of its instant
 
 
-class DeadlockError(RuntimeError):
-    """The simulation ran out of events while queries were still inside the pipeline."""
-
-
-@dataclass
-class SimResult:
-    queries: list[Query] | None  # the Query objects, in id order (``keep_queries``), else None
-    pipeline: Pipeline
-    sim_end_ms: float
-    wall_s: float
-    device_busy_ms: float
-    stuck: str | None = None  # description of the pipeline if some queries never finished
-    records: RecordStore | None = None  # every query's record (columnar), finished or not
-    interrupted: str | None = None  # what stopped the run early (a stop request, Ctrl-C), if anything did
-    n_not_arrived: int = 0  # queries that had not arrived when it was interrupted: not recorded, not measured
-
-
-class SimulationStuck(RuntimeError):
-    """The simulated clock stopped advancing (see :func:`simulate`'s watchdog)."""
-
-
-class StopRequested(Exception):
-    """The ``stop`` option asked the run to stop (its argument: why, e.g. ``"SIGTERM"``)."""
-
-
 STOP_EVERY = 1 << 10  # events between two looks at the stop request (a few milliseconds of a run at most)
 
 
-def _run_watched(env: simpy.Environment, pipeline: Pipeline, limit: int,
+def _run_watched(env: simpy.Environment, pipeline: Any, limit: int,  # what has a stuck_report() (a cluster's too)
                  stop: Callable[[], str | None] | None = None) -> None:
     """``env.run()``, stopping with :class:`SimulationStuck` when ``limit`` events in a row leave the clock where
     it was, and with :class:`StopRequested` when ``stop()`` (asked before the first event and then every
@@ -78,7 +58,7 @@ def _run_watched(env: simpy.Environment, pipeline: Pipeline, limit: int,
         while True:
             look -= 1
             if not look:
-                why = stop()
+                why = stop()  # type: ignore[misc]  # (look never reaches 0 without a stop)
                 if why:
                     raise StopRequested(why)
                 look = STOP_EVERY
@@ -94,35 +74,7 @@ def _run_watched(env: simpy.Environment, pipeline: Pipeline, limit: int,
         return
 
 
-@dataclass(frozen=True)
-class SimOptions:
-    """How :func:`simulate` runs a pipeline: every option of the engine, with its default (see :func:`simulate`'s
-    docstring for what each does). ``simulate(pipeline, arrivals, lens, **options)`` takes them by name."""
-
-    sharing: str = "fluid"
-    corun_slowdown: float = 1.0
-    launch_overhead_ms: float = 0.0
-    admission_delay_ms: float | list[float] = 0.0
-    service_cv: float = 0.0
-    seed: int = 0
-    progress: bool = False
-    until_ms: float | None = None
-    closed_clients: int | None = None
-    think_ms: float = 0.0
-    fail_soft: bool = False
-    cores: int = 2
-    host: Any = None  # a dvasim.server.host.HostModel
-    watchdog_events: int = 1_000_000
-    records: RecordStore | None = None
-    keep_queries: bool = True
-    transfer: Any = None  # a dvasim.server.transfer.Transfer
-    batch_costs: Any = None  # a dvasim.server.costs.BatchCosts
-    corun_per_worker: float = 0.0
-    stop: Callable[[], str | None] | None = None
-    stream: int = 0  # a replica's index (:mod:`~dvasim.engines.sim.cluster`): its own random streams beyond 0
-
-
-def simulate(pipeline: Pipeline, arrivals_ms, seq_lens, **options) -> SimResult:
+def simulate(pipeline: Any, arrivals_ms, seq_lens, **options) -> SimResult:  # a Pipeline, or a stand-in
     """Run ``pipeline`` on the given arrivals. Every query is in the result, finished or not.
 
     With ``closed_clients = c`` the load is a closed loop instead: ``c`` clients each send a query, wait for its
@@ -185,7 +137,7 @@ class Simulation:
     the run: the arrivals reaching the front door (or the closed loop's clients sending), the pipeline deciding
     (:meth:`poke`), stage executions launched and completed, and at the end the result collected."""
 
-    def __init__(self, pipeline: Pipeline, arrivals_ms, seq_lens, options: SimOptions | None = None,
+    def __init__(self, pipeline: Any, arrivals_ms, seq_lens, options: SimOptions | None = None,
                  env: simpy.Environment | None = None, external: bool = False) -> None:
         """``env``: the environment to run in (a cluster's replicas share one); ``external``: the queries come
         from outside (a router's :meth:`accept`), not from the arrivals, which then only size the records."""
@@ -217,14 +169,14 @@ class Simulation:
         self._build_records(o.records, o.keep_queries)
         self.progress, self.until_ms, self.fail_soft = o.progress, o.until_ms, o.fail_soft
         self.watchdog_events, self.stop = o.watchdog_events, o.stop
-        self.bar = None  # the progress bar, while running with ``progress``
+        self.bar: Any = None  # the progress bar, while running with ``progress``
         self.n_stages = pipeline.n_stages
         self.n_exec = self.n_stages * pipeline.instances  # one executor of every stage of every instance
         self.mailbox: list = [None] * self.n_exec
         self.timer_at = math.inf  # when the front door's armed timer fires (inf: none armed)
         self.groups = None if external else _groups(self.arrivals, self.front_door_times,
                                                     after=self._through_pool if self.pool else None)
-        self.due_group = None  # the group of arrivals an armed timeout brings to the front door
+        self.due_group: Any = None  # the group of arrivals an armed timeout brings to the front door
         if o.host is None:
             self._build_direct_executors()
         else:
@@ -739,7 +691,7 @@ def _groups(arrivals, front_door_times, block: int = 1 << 16, after=None):
     (memory stays small whatever the run's length). ``after(first, times)``: the times the front door really
     sees queries ``first..`` that reach it at ``times`` (the memory pool's copies)."""
     n = len(arrivals)
-    t_run, first, run = None, 0, []
+    t_run, first, run = None, 0, []  # type: Any, int, list[float]
     for b in range(0, n, block):
         seen = front_door_times(arrivals[b:b + block], carry=True)
         if after is not None:
