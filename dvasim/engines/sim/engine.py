@@ -375,6 +375,9 @@ class Simulation:
             self._fire(partial(self._arm_timer, t), _URGENT)
         if self.host is None:
             self.device.settle()
+        elif self_k < 0:
+            self._host_woken()
+            self.device.settle()
 
     def _fire(self, callback, priority=simpy.events.NORMAL, delay: float = 0.0) -> None:
         """An event due in ``delay`` (now by default) whose only effect is ``callback``. The arrivals and the front
@@ -509,28 +512,60 @@ class Simulation:
 
     # ---- with a host model: one process per executor
     def _build_host_executors(self) -> None:
-        self.wake = [self.env.event() for _ in range(self.n_exec)]
-        self.wake_later = self._wake_process
+        """Executors with a host model: each execution's launch sequence (:meth:`_host_launch`, a generator of
+        the events it waits for) is driven by those events' callbacks (:meth:`_host_drive`), not by a SimPy
+        process: an execution handed to an idle executor starts at once, and the GPU's finish resumes its
+        sequence directly (no event between them)."""
+        self.ready = [False] * self.n_exec
+        self.busy = [False] * self.n_exec
+        self.woken: list[int] = []  # executors handed an execution while the one that finished goes on first
+        self.wake_later = self._wake_host
 
-    def _wake_process(self, k: int) -> None:
-        wake = self.wake
-        ev = wake[k]
-        wake[k] = self.env.event()
-        ev.succeed()
+    def _wake_host(self, k: int) -> None:
+        self.woken.append(k)
 
-    def _host_executor(self, k: int):
-        """Executor ``k`` with a host model (a process): waits for an execution, launches it from the host, and
-        hands it back to the pipeline when done."""
-        mailbox, wake = self.mailbox, self.wake
-        while True:
-            if mailbox[k] is None:
-                yield wake[k]
-            ex = mailbox[k]
-            mailbox[k] = None
-            yield from self._host_launch(ex)
-            self.after_finish(ex)
-            self.answer_delay = 0.0
-            self.poke(k)
+    def _host_startup(self, k: int, _ev) -> None:
+        """Executor ``k`` is ready (an urgent event at time 0, as a process's start)."""
+        self.ready[k] = True
+        self._host_next(k)
+        self.device.settle()
+
+    def _host_next(self, k: int) -> None:
+        """Executor ``k`` takes the execution in its mailbox, if it is ready, idle and has one."""
+        ex = self.mailbox[k]
+        if ex is None or self.busy[k] or not self.ready[k]:
+            return
+        self.mailbox[k] = None
+        self.busy[k] = True
+        self._host_drive(k, ex, self._host_launch(ex))
+
+    def _host_woken(self) -> None:
+        """The executors handed an execution by the last decision take it, in the pipeline's order."""
+        woken = self.woken
+        while woken:
+            self._host_next(woken.pop(0))
+
+    def _host_drive(self, k: int, ex, seq, _ev=None) -> None:
+        """Run execution ``ex``'s launch sequence ``seq`` on until it waits for an event that has not happened
+        (its callback resumes it) or ends: then the pipeline moves on and executor ``k`` takes its next one."""
+        for ev in seq:
+            if isinstance(ev, _GpuWork):
+                if ev.done:
+                    continue
+                ev.waiter = partial(self._host_drive, k, ex, seq)
+            elif ev.callbacks is None:  # already processed: go on at once (as a process does)
+                continue
+            else:
+                ev.callbacks.append(partial(self._host_drive, k, ex, seq))
+            self.device.settle()
+            return
+        self.after_finish(ex)
+        self.answer_delay = 0.0
+        self.busy[k] = False
+        self.poke(k)
+        self._host_next(k)
+        self._host_woken()
+        self.device.settle()
 
     def _host_launch(self, ex):
         """Hand-off and Python-level copies (holding the lock), then the launch on a core while the GPU works;
@@ -549,7 +584,7 @@ class Simulation:
         if entry and batch_costs.idle_between_batches:  # before the GPU starts: it idles for this instance
             yield from self._batch_entry(ex, b)
         g, demand = host.gpu(ex)
-        gpu = self.device.run(g * f, demand)
+        gpu = _GpuWork(self.device, g * f, demand)
         if entry and not batch_costs.idle_between_batches:  # asynchronous copies: beside the GPU's work
             yield from self._batch_entry(ex, b)
         launch = host.launch(ex.stage, b, ex.seq_len) * f + (self._draw_stall() if self.stalls else 0.0)
@@ -613,12 +648,8 @@ class Simulation:
 
     def start_executors(self) -> None:
         """Every executor's start-up, at time 0."""
-        env = self.env
         for k in range(self.n_exec):
-            if self.host is None:
-                self._fire(partial(self._startup, k), _URGENT)
-            else:
-                env.process(self._host_executor(k))
+            self._fire(partial(self._startup if self.host is None else self._host_startup, k), _URGENT)
 
     def _collect(self, failure: str | None, interrupted: str | None = None) -> SimResult:
         """Every query's record: those still inside the pipeline, then those that never reached it (of an
@@ -650,6 +681,23 @@ class Simulation:
         if self.closed_clients is not None:
             return self.created
         return max(self.created, int(np.searchsorted(self.arrivals, self.env.now, side="right")))
+
+
+class _GpuWork:
+    """An execution's GPU work on the device, which a launch sequence waits for (``yield``): ``done`` once the
+    device has finished it, and then the sequence waiting for it (``waiter``) is resumed at once."""
+
+    __slots__ = ("done", "waiter")
+
+    def __init__(self, device: Device, work_ms: float, demand: float) -> None:
+        self.done = False
+        self.waiter: Any = None
+        device.start(work_ms, demand, self._finished)
+
+    def _finished(self) -> None:
+        self.done = True
+        if self.waiter is not None:
+            self.waiter()
 
 
 def open_bar(n_total: int, enabled: bool):
