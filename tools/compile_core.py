@@ -31,7 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 GROUP = "dvasim.core_mypyc"  # the shared library every compiled module's shim loads (inside the package)
 BUILD_DIR = Path("build") / "mypyc"  # relative to the tree built
-EXTENSION_SUFFIXES = (".so", ".pyd")
+# the file names of built extension modules: the package's own list (read without importing dvasim)
+EXTENSION_SUFFIXES = tuple(runpy.run_path(str(REPO / "dvasim" / "compiled.py"))["EXTENSION_SUFFIXES"])
 # mypyc compiles with -Werror; gcc 12 takes the NaN tests it generates (x != x) for tautologies (MSVC: no -W flags)
 EXTRA_CFLAGS = [] if sys.platform == "win32" else ["-Wno-tautological-compare"]
 # mypy's settings for mypyc's type check (see the module's docstring): only the compiled modules, the plain

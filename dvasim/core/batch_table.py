@@ -282,7 +282,7 @@ class BatchTable:
             raise MetaOpError(f"batch {b.bid}: stage {stage} completed more queries than the batch has")
         if stage == self.n_stages - 1:
             self._active -= item.num
-            exited = b.queries[item.start:item.start + item.num]
+            exited = b.item_queries(item)
             if done == bs:
                 if not math.isnan(now):
                     self._tick(now)

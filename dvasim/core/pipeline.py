@@ -67,11 +67,12 @@ class Lane:
         self.lo = 0
         # what a change at stage s can affect: with one buffer pair every executor (a pair busy anywhere is busy
         # for all); else the executors s-2 .. s+1 (the buffers of boundaries s-1 .. s+1 that stage s touches)
-        self.reach = n_stages if n_buffer_pairs == 1 else 2
+        self.one_pair = n_buffer_pairs == 1
+        self.reach = n_stages if self.one_pair else 2
 
     def touch(self, stage: int) -> None:
         """Something changed for executor ``stage`` (its state, queue or buffers): it is examined again."""
-        lo = 0 if self.reach == self.n_stages else stage
+        lo = 0 if self.one_pair else stage
         if lo < self.lo:
             self.lo = lo
 
@@ -319,9 +320,8 @@ class Pipeline:
         execution.end = now
         for q in execution.queries:
             q.stage_finish[stage] = now
-        if self.on_finish:
-            for cb in self.on_finish:
-                cb(execution)
+        for cb in self.on_finish:
+            cb(execution)
         done = self.table.complete(item, stage, now)
         batch = done.batch
         rows = self.table.rows
@@ -343,9 +343,6 @@ class Pipeline:
         if not done.ready:
             return
         op = self.policy.at_boundary(batch, stage, now) if self._boundary_policy else None
-        if op is None:
-            self._push(stage + 1, self.table.advance(batch.bid, stage))
-            return
         if isinstance(op, Split):
             self._split(lane, op, stage, now)
             return
@@ -476,8 +473,8 @@ class Pipeline:
 
     def _begin(self, lane: Lane, stage: int, item: BatchItem, now: float) -> Execution:
         batch = self.table.rows[item.bid]
-        queries = batch.queries[item.start:item.start + item.num]
-        seq_len = queries[0].seq_len if len(queries) == 1 else max(q.seq_len for q in queries)
+        queries = batch.item_queries(item)
+        seq_len = max(q.seq_len for q in queries)
         if stage == 0 and math.isnan(batch.first_start):
             batch.first_start = now
         key = (stage, item.num, seq_len)
@@ -493,9 +490,8 @@ class Pipeline:
         for q in queries:
             q.stage_start[stage] = now
         self.running[id(ex)] = ex
-        if self.on_begin:
-            for cb in self.on_begin:
-                cb(ex)
+        for cb in self.on_begin:
+            cb(ex)
         return ex
 
     # ------------------------------------------------------------------ diagnostics

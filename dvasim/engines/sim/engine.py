@@ -1,7 +1,7 @@
-"""The SimPy engine: one process per stage executor, one for arrivals, one for the front door's timer.
+"""The SimPy engine: stage executions, arrivals and the front door's timer as callbacks of SimPy events.
 
-:func:`simulate` builds a :class:`Simulation` and runs it: the simulation's methods are the callbacks and processes
-that move the run along (arrivals, the front door's timer, stage executions and their completions, the closed
+:func:`simulate` builds a :class:`Simulation` and runs it: the simulation's methods are the callbacks (and the
+closed loop's client processes) that move the run along (arrivals, the front door's timer, stage executions and their completions, the closed
 loop's clients), its attributes the state they share.
 
 The control state (batch table, batch queues, buffer pairs, executor states, policy) lives in
@@ -351,8 +351,8 @@ class Simulation:
 
     def poke(self, self_k: int = -1) -> None:
         """Let the pipeline start what it can. The executor that has just finished (``self_k``) goes on first with
-        its next execution, if it has one, then the others start theirs, in the pipeline's order: at once on the
-        callbacks' path, when their processes are woken with a host model (after what is due at this instant)."""
+        its next execution, if it has one, then the others start theirs, in the pipeline's order (with a host model,
+        once the finished one's next launch sequence has started, :meth:`_host_woken`)."""
         now = self.env._now
         mailbox, n_stages, wake_later = self.mailbox, self.n_stages, self.wake_later
         started = self.pipeline.step(now)
@@ -481,7 +481,7 @@ class Simulation:
             self._start(k)
             self.device.settle()
 
-    def _start(self, k: int, _ev=None) -> None:
+    def _start(self, k: int) -> None:
         """Executor ``k`` launches the execution in its mailbox: host-side work first (the launch overhead, and
         for a batch's first stage under [engine.transfer] on_launch its input copy), then the device's."""
         ex = self.mailbox[k]
@@ -510,7 +510,7 @@ class Simulation:
         self.after_finish(ex)
         self.poke(k)
 
-    # ---- with a host model: one process per executor
+    # ---- with a host model: each execution's launch sequence, driven by the events it waits for
     def _build_host_executors(self) -> None:
         """Executors with a host model: each execution's launch sequence (:meth:`_host_launch`, a generator of
         the events it waits for) is driven by those events' callbacks (:meth:`_host_drive`), not by a SimPy
