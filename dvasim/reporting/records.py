@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -69,11 +70,13 @@ def _dtype(column: str):
     return {"status": np.int8, "priority": np.int16, "replica": np.int16}.get(column, np.float64)
 
 
-def _blank_row(qid: int, arrival: float, seq_len: int, n_stages: int) -> tuple:
-    """The record of a query that never reached the front door."""
-    nan = math.nan
-    stages = [nan] * n_stages
-    return (qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0, stages, stages, UNFINISHED, 0, 0)
+# a record's fields as they are buffered until a chunk becomes columns: a typed array each (``array.array``; the
+# stage times ``n_stages`` values a row), so that buffered rows are no Python objects (nothing for the garbage
+# collector to walk) and a chunk's columns are copies of the arrays' memory
+_FIELDS = (("query_id", "q"), ("arrival_ms", "d"), ("seen_ms", "d"), ("admitted_ms", "d"), ("start_ms", "d"),
+           ("finish_ms", "d"), ("seq_len", "q"), ("batch_id", "q"), ("exit_batch_id", "q"), ("exit_batch_size", "q"),
+           ("stage_start", "d"), ("stage_finish", "d"), ("status", "b"), ("priority", "h"), ("replica", "h"))
+_NUMPY_TYPE = {"q": np.int64, "d": np.float64, "b": np.int8, "h": np.int16}
 
 
 def status_code(q) -> int:
@@ -82,12 +85,71 @@ def status_code(q) -> int:
     return UNFINISHED if code == OK and q.finish != q.finish else code  # NaN finish: never left
 
 
-def _row(q, n_stages: int) -> tuple:
-    st = q.stage_start
-    if not st:  # never reached the front door
-        return _blank_row(q.qid, q.arrival, q.seq_len, n_stages)
-    return (q.qid, q.arrival, q.seen, q.admitted, st[0], q.finish, q.seq_len, q.batch_id, q.exit_batch_id,
-            q.exit_batch_size, st, q.stage_finish, status_code(q), q.priority, q.replica)
+class _Rows:
+    """Records buffered field by field (:data:`_FIELDS`), in the order they were added."""
+
+    __slots__ = ("arrays", "n_stages")
+
+    def __init__(self, n_stages: int):
+        self.n_stages = n_stages
+        self.arrays = [array(code) for _, code in _FIELDS]
+
+    def __len__(self) -> int:
+        return len(self.arrays[0])
+
+    def add(self, queries) -> None:
+        """The records of ``queries`` (:class:`dvasim.core.query.Query`), in order."""
+        a = self.arrays
+        qid, arrival, seen, admitted, start, finish = (a[k].append for k in range(6))
+        seq_len, batch_id, exit_batch_id, exit_batch_size = (a[k].append for k in range(6, 10))
+        stage_start, stage_finish = a[10].extend, a[11].extend
+        status, priority, replica = a[12].append, a[13].append, a[14].append
+        for q in queries:
+            st = q.stage_start
+            if not st:  # never reached the front door
+                self.add_blank(q.qid, q.arrival, q.seq_len)
+                continue
+            qid(q.qid)
+            arrival(q.arrival)
+            seen(q.seen)
+            admitted(q.admitted)
+            start(st[0])
+            finish(q.finish)
+            seq_len(q.seq_len)
+            batch_id(q.batch_id)
+            exit_batch_id(q.exit_batch_id)
+            exit_batch_size(q.exit_batch_size)
+            stage_start(st)
+            stage_finish(q.stage_finish)
+            status(status_code(q))
+            priority(q.priority)
+            replica(q.replica)
+
+    def add_blank(self, qid: int, arrival: float, seq_len: int) -> None:
+        """The record of a query that never reached the front door."""
+        nan = math.nan
+        stages = [nan] * self.n_stages
+        for k, v in enumerate((qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0)):
+            self.arrays[k].append(v)
+        self.arrays[10].extend(stages)
+        self.arrays[11].extend(stages)
+        for k, v in zip((12, 13, 14), (UNFINISHED, 0, 0)):
+            self.arrays[k].append(v)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The buffered records as columns (the stage times as ``s{s}_start_ms`` / ``s{s}_finish_ms``)."""
+        n, n_stages = len(self), self.n_stages
+        cols = {name: np.frombuffer(arr, dtype=_NUMPY_TYPE[code]).copy() if len(arr) else
+                np.array([], dtype=_NUMPY_TYPE[code]) for (name, code), arr in zip(_FIELDS, self.arrays)}
+        starts = cols.pop("stage_start").reshape(n, n_stages)
+        finishes = cols.pop("stage_finish").reshape(n, n_stages)
+        out = {name: cols[name] for name, _ in _FIELDS[:10]}
+        for s in range(n_stages):
+            out[f"s{s}_start_ms"] = starts[:, s]
+            out[f"s{s}_finish_ms"] = finishes[:, s]
+        for name in ("status", "priority", "replica"):
+            out[name] = cols[name]
+        return out
 
 
 class RecordStore:
@@ -109,7 +171,7 @@ class RecordStore:
         self.exit_batch_size = np.zeros(n, dtype=np.int32)
         self.status = np.full(n, UNFINISHED, dtype=np.int8)  # each query's status code (STATUSES)
         self.offered_qps = None if offered_qps is None else np.asarray(offered_qps, dtype=np.float64)
-        self._rows: list[tuple] = []
+        self._rows = _Rows(n_stages)
         self._chunks: list[dict[str, np.ndarray]] = []
         self._writer = None
         self._file_done = False  # a streamed file has been closed (renamed to ``path``) or discarded
@@ -120,39 +182,24 @@ class RecordStore:
     # ------------------------------------------------------------------ filling
     def add(self, q) -> None:
         """Record query ``q`` (a :class:`dvasim.core.query.Query`): when it leaves, or at the end of the run."""
-        self._rows.append(_row(q, self.n_stages))
-        if len(self._rows) >= self.chunk_rows:
-            self._flush()
+        self.add_many((q,))
 
     def add_many(self, queries) -> None:
-        rows, n_stages = self._rows, self.n_stages
-        for q in queries:
-            rows.append(_row(q, n_stages))
-        if len(rows) >= self.chunk_rows:
+        self._rows.add(queries)
+        if len(self._rows) >= self.chunk_rows:
             self._flush()
 
     def add_unseen(self, qid: int, seq_len: int) -> None:
         """A query that never reached the front door (its arrival, if known, is in the summary arrays)."""
-        self._rows.append(_blank_row(qid, float(self.arrival[qid]), seq_len, self.n_stages))
+        self._rows.add_blank(qid, float(self.arrival[qid]), seq_len)
         if len(self._rows) >= self.chunk_rows:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._rows:
+        if not len(self._rows):
             return
-        cols = list(zip(*self._rows))
-        self._rows = []
-        names = ["query_id", "arrival_ms", "seen_ms", "admitted_ms", "start_ms", "finish_ms", "seq_len", "batch_id",
-                 "exit_batch_id", "exit_batch_size"]
-        chunk = {name: np.array(col, dtype=np.int64 if name in _INT_COLS else np.float64)
-                 for name, col in zip(names, cols)}
-        starts = np.array(cols[10], dtype=np.float64).reshape(len(cols[10]), self.n_stages)
-        finishes = np.array(cols[11], dtype=np.float64).reshape(len(cols[11]), self.n_stages)
-        for s in range(self.n_stages):
-            chunk[f"s{s}_start_ms"] = starts[:, s]
-            chunk[f"s{s}_finish_ms"] = finishes[:, s]
-        for i, c in enumerate(("status", "priority", "replica"), start=12):
-            chunk[c] = np.array(cols[i], dtype=_dtype(c))
+        chunk = self._rows.columns()
+        self._rows = _Rows(self.n_stages)
         qid = chunk["query_id"]
         if not self._arrivals_known:
             self.arrival[qid] = chunk["arrival_ms"]
