@@ -262,6 +262,7 @@ class DVABatch(FrontDoorPolicy):
     def bind(self, view) -> None:
         super().bind(view)
         prof = view.profile
+        self._jobs: dict[tuple[int, int], tuple[float, float]] = {}  # _cluster_job's, by (size, length)
         if self.max_batch_size > prof.max_batch_size:
             raise ConfigError("policy.max_batch_size",
                               f"{self.max_batch_size} exceeds the table's largest profiled batch size {prof.max_batch_size}")
@@ -377,7 +378,6 @@ class DVABatch(FrontDoorPolicy):
         """Split queries (any order) into at most ``max_clusters`` groups of similar length, minimising the
         summed query latency of the groups when they run side by side on the device (the fluid sharing model,
         with each group's mean demand over the stages)."""
-        prof = self.view.profile
         qs = sorted(queries, key=lambda q: (q.seq_len, q.qid))
         n = len(qs)
         if n <= 1 or self.max_clusters == 1:
@@ -385,27 +385,31 @@ class DVABatch(FrontDoorPolicy):
         lens = [q.seq_len for q in qs]
         # candidate cut positions: where the length changes
         cuts = [k for k in range(1, n) if lens[k] != lens[k - 1]]
-        best_cost, best = math.inf, [qs]
-
-        def group_cost(parts):
-            jobs = [(prof.total(len(g), lens[e - 1]), _mean_demand(prof, len(g), lens[e - 1])) for g, (_, e) in parts]
-            return left_sum(len(g) * t for (g, _), t in zip(parts, fluid_finish_times(jobs)))
-
-        def rec(start, k, acc):
-            nonlocal best_cost, best
-            # close the last group here
-            parts = [*acc, (qs[start:], (start, n))]
-            c = group_cost(parts)
+        job = self._cluster_job
+        best_cost, best = math.inf, ((0, n),)
+        # every way to cut, depth first (a way, then the ways that cut its last group again, the earlier cut
+        # first): the first of equal costs wins; a way is the groups' (start, end) positions in qs
+        todo: list[tuple[int, int, tuple]] = [(0, 0, ())]
+        while todo:
+            start, k, acc = todo.pop()
+            parts = (*acc, (start, n))  # the last group closed here
+            finish = fluid_finish_times([job(e - s, lens[e - 1]) for s, e in parts])
+            c = left_sum((e - s) * t for (s, e), t in zip(parts, finish))
             if c < best_cost - EPS:
-                best_cost, best = c, [g for g, _ in parts]
-            if k + 1 >= self.max_clusters:
-                return
-            for cut in cuts:
-                if cut > start:
-                    rec(cut, k + 1, [*acc, (qs[start:cut], (start, cut))])
+                best_cost, best = c, parts
+            if k + 1 < self.max_clusters:
+                todo.extend((cut, k + 1, (*acc, (start, cut))) for cut in reversed(cuts) if cut > start)
+        return [qs[s:e] for s, e in best]
 
-        rec(0, 0, [])
-        return best
+    def _cluster_job(self, size: int, seq_len: int) -> tuple[float, float]:
+        """A cluster of ``size`` queries padded to ``seq_len`` as a job of the fluid model: its standalone time
+        through every stage and its mean demand over the stages (kept: the table does not change)."""
+        key = (size, seq_len)
+        got = self._jobs.get(key)
+        if got is None:
+            prof = self.view.profile
+            got = self._jobs[key] = (prof.total(size, seq_len), _mean_demand(prof, size, seq_len))
+        return got
 
     # ------------------------------------------------------------------ front door
     def _room(self) -> int:

@@ -167,3 +167,40 @@ def test_new_at_a_boundary_must_take_the_whole_batch():
     pipe = Pipeline(make_table(3, lambda s, b: 1.0, batch_sizes=range(1, 5)), Bad(), 2)
     with pytest.raises(PolicyError, match="exactly the finished batch's queries"):
         simulate(pipe, [0.0, 0.5], [1, 1], sharing="fluid")
+
+
+def test_policy_one_clusters_are_the_cheapest_cuts_against_trying_every_one():
+    """Policy I's clusters against a second computation: every way to cut the sorted queries into at most
+    ``max_clusters`` groups where the length changes, each costed with the fluid model. The clusters found cost
+    the least; of equal costs the first in the search's order, which is the cut positions' lexicographic order
+    (no cut, then the first cut, then it and the next ...)."""
+    from itertools import combinations
+
+    from dvasim.core.arith import left_sum
+    from dvasim.policies.dvabatch import _mean_demand, fluid_finish_times
+
+    table = token_table(3)
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        pol = make_policy("dvabatch", {"policies": ["input"], "max_batch_size": 16, "max_clusters": int(rng.integers(1, 5))})
+        bind(pol, table)
+        qs = [Query(i, 0.0, int(rng.choice(LENS))) for i in range(int(rng.integers(1, 13)))]
+        got = pol.clusters(list(reversed(qs)))
+        order = sorted(qs, key=lambda q: (q.seq_len, q.qid))
+        lens = [q.seq_len for q in order]
+        cuts = [k for k in range(1, len(order)) if lens[k] != lens[k - 1]]
+
+        def cost(bounds, lens=lens):
+            groups = list(zip((0, *bounds), (*bounds, len(lens))))
+            jobs = [(table.total(e - s, lens[e - 1]), _mean_demand(table, e - s, lens[e - 1])) for s, e in groups]
+            return left_sum((e - s) * t for (s, e), t in zip(groups, fluid_finish_times(jobs)))
+
+        ways = [c for k in range(min(pol.max_clusters, len(cuts) + 1)) for c in combinations(cuts, k)]
+        best = min(cost(w) for w in ways)
+        sizes = [len(g) for g in got]
+        bounds = tuple(np.cumsum(sizes)[:-1].tolist())
+        assert [q for g in got for q in g] == order, trial  # contiguous groups of the sorted queries
+        assert len(got) <= pol.max_clusters and set(bounds) <= set(cuts), trial
+        assert cost(bounds) <= best + 1e-9, (trial, bounds, cost(bounds), best)
+        cheapest = [w for w in ways if cost(w) <= best + 1e-9]
+        assert bounds == min(cheapest), trial
