@@ -75,6 +75,7 @@ CLOCK_PATH: dict[str, str] = {
     "dvasim/policies/peers.py": "TF-Serving, Serial, GraphB: timeouts and batch sizes",
     "dvasim/policies/triton.py": "Triton's batcher: batch windows, queue policy timeouts",
     "dvasim/engines/sim/__init__.py": "the simulator's entry points",
+    "dvasim/engines/sim/collector.py": "the garbage collector's thresholds during a run (no arithmetic)",
     "dvasim/engines/sim/engine.py": "the SimPy engine: the clock itself, arrivals, launches, host costs",
     "dvasim/engines/sim/result.py": "a run's result and the engine's errors (no arithmetic; their own module so "
                                      "mypyc leaves them pure)",

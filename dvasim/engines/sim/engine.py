@@ -27,6 +27,7 @@ import numpy as np
 import simpy
 
 from dvasim.core.query import Query
+from dvasim.engines.sim.collector import spaced_collections
 from dvasim.engines.sim.device import Device
 from dvasim.engines.sim.result import (  # noqa: F401  (re-exported)
     DeadlockError,
@@ -714,10 +715,11 @@ def drive(env: simpy.Environment, report, until_ms: float | None, watchdog_event
     ``report``: what the watchdog names when the clock stops (its ``stuck_report()``)."""
     failure = interrupted = None
     try:
-        if until_ms is None:
-            _run_watched(env, report, watchdog_events, stop)
-        else:
-            env.run(until=until_ms)
+        with spaced_collections():  # (the garbage collector's young collections find nothing in a run)
+            if until_ms is None:
+                _run_watched(env, report, watchdog_events, stop)
+            else:
+                env.run(until=until_ms)
     except StopRequested as e:
         interrupted = str(e)
     except KeyboardInterrupt:  # Ctrl-C in Python (or a signal handler that raises: it named it in ``stop``)
