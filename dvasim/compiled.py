@@ -25,6 +25,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "dvasim.core.pipeline",
     "dvasim.engines.sim.device",
     "dvasim.engines.sim.engine",
+    "dvasim.reporting.rows",
 )
 
 EXTENSION_SUFFIXES = (".so", ".pyd")

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 from dvasim.core.arith import int_sum
 from dvasim.core.errors import MetaOpError
@@ -86,14 +86,18 @@ class Batch:
         return k
 
 
-class BatchItem(NamedTuple):
+@dataclass(slots=True, init=False)
+class BatchItem:
     """An entry of a batch queue: run queries ``start .. start+num-1`` of batch ``bid`` in buffer pair ``slot``.
-    (An immutable tuple: one is made for every stage execution.)"""
+    (One is made for every stage execution and never changed: a changed entry is a new one.)"""
 
     bid: int
     start: int
     num: int
-    slot: int | None = None
+    slot: int | None
+
+    def __init__(self, bid: int, start: int, num: int, slot: int | None = None) -> None:
+        self.bid, self.start, self.num, self.slot = bid, start, num, slot
 
     @property
     def catch_up(self) -> bool:

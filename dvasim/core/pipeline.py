@@ -423,7 +423,7 @@ class Pipeline:
 
     def _resolve_slot(self, item: BatchItem) -> BatchItem:
         if item.slot is None and item.catch_up:
-            return item._replace(slot=self.table[item.bid].slot)
+            return BatchItem(item.bid, item.start, item.num, self.table[item.bid].slot)
         return item
 
     def _push(self, stage: int, item: BatchItem) -> None:
@@ -475,7 +475,7 @@ class Pipeline:
         q0 = lane.queues[0]
         for k, queued in enumerate(q0):
             if queued.bid == op.bid and queued.start + queued.num == item.start:
-                q0[k] = queued._replace(num=queued.num + item.num)
+                q0[k] = BatchItem(queued.bid, queued.start, queued.num + item.num, queued.slot)
                 return
         self._push(0, item)
 

@@ -38,20 +38,25 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from array import array
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from dvasim.outputs import output_error, partial_path
+from dvasim.reporting.rows import (  # noqa: F401  (the status codes are re-exported)
+    FIELDS,
+    OK,
+    REJECTED,
+    STATUSES,
+    TIMED_OUT,
+    UNFINISHED,
+    Rows,
+    status_code,
+)
 
 PERCENTILES = (50, 90, 95, 99)
 _INT_COLS = ("query_id", "seq_len", "batch_id", "exit_batch_id", "exit_batch_size")
-# the ``status`` column's values; the store keeps each query's as its index (an int8 code)
-STATUSES = ("ok", "rejected", "timed_out", "unfinished")
-OK, REJECTED, TIMED_OUT, UNFINISHED = range(4)
-_STATUS_CODE = {"ok": OK, "rejected": REJECTED, "timed_out": TIMED_OUT}
 _STATUS_NAMES = np.array(STATUSES, dtype=object)
 
 
@@ -70,86 +75,23 @@ def _dtype(column: str):
     return {"status": np.int8, "priority": np.int16, "replica": np.int16}.get(column, np.float64)
 
 
-# a record's fields as they are buffered until a chunk becomes columns: a typed array each (``array.array``; the
-# stage times ``n_stages`` values a row), so that buffered rows are no Python objects (nothing for the garbage
-# collector to walk) and a chunk's columns are copies of the arrays' memory
-_FIELDS = (("query_id", "q"), ("arrival_ms", "d"), ("seen_ms", "d"), ("admitted_ms", "d"), ("start_ms", "d"),
-           ("finish_ms", "d"), ("seq_len", "q"), ("batch_id", "q"), ("exit_batch_id", "q"), ("exit_batch_size", "q"),
-           ("stage_start", "d"), ("stage_finish", "d"), ("status", "b"), ("priority", "h"), ("replica", "h"))
-_NUMPY_TYPE = {"q": np.int64, "d": np.float64, "b": np.int8, "h": np.int16}
+_NUMPY_TYPE = {"q": np.int64, "d": np.float64, "b": np.int8, "h": np.int16}  # of the buffers' type codes
 
 
-def status_code(q) -> int:
-    """Query ``q``'s record status: its refusal, else ok when it finished, else unfinished."""
-    code = _STATUS_CODE[q.status]
-    return UNFINISHED if code == OK and q.finish != q.finish else code  # NaN finish: never left
-
-
-class _Rows:
-    """Records buffered field by field (:data:`_FIELDS`), in the order they were added."""
-
-    __slots__ = ("arrays", "n_stages")
-
-    def __init__(self, n_stages: int):
-        self.n_stages = n_stages
-        self.arrays = [array(code) for _, code in _FIELDS]
-
-    def __len__(self) -> int:
-        return len(self.arrays[0])
-
-    def add(self, queries) -> None:
-        """The records of ``queries`` (:class:`dvasim.core.query.Query`), in order."""
-        a = self.arrays
-        qid, arrival, seen, admitted, start, finish = (a[k].append for k in range(6))
-        seq_len, batch_id, exit_batch_id, exit_batch_size = (a[k].append for k in range(6, 10))
-        stage_start, stage_finish = a[10].extend, a[11].extend
-        status, priority, replica = a[12].append, a[13].append, a[14].append
-        for q in queries:
-            st = q.stage_start
-            if not st:  # never reached the front door
-                self.add_blank(q.qid, q.arrival, q.seq_len)
-                continue
-            qid(q.qid)
-            arrival(q.arrival)
-            seen(q.seen)
-            admitted(q.admitted)
-            start(st[0])
-            finish(q.finish)
-            seq_len(q.seq_len)
-            batch_id(q.batch_id)
-            exit_batch_id(q.exit_batch_id)
-            exit_batch_size(q.exit_batch_size)
-            stage_start(st)
-            stage_finish(q.stage_finish)
-            status(status_code(q))
-            priority(q.priority)
-            replica(q.replica)
-
-    def add_blank(self, qid: int, arrival: float, seq_len: int) -> None:
-        """The record of a query that never reached the front door."""
-        nan = math.nan
-        stages = [nan] * self.n_stages
-        for k, v in enumerate((qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0)):
-            self.arrays[k].append(v)
-        self.arrays[10].extend(stages)
-        self.arrays[11].extend(stages)
-        for k, v in zip((12, 13, 14), (UNFINISHED, 0, 0)):
-            self.arrays[k].append(v)
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """The buffered records as columns (the stage times as ``s{s}_start_ms`` / ``s{s}_finish_ms``)."""
-        n, n_stages = len(self), self.n_stages
-        cols = {name: np.frombuffer(arr, dtype=_NUMPY_TYPE[code]).copy() if len(arr) else
-                np.array([], dtype=_NUMPY_TYPE[code]) for (name, code), arr in zip(_FIELDS, self.arrays)}
-        starts = cols.pop("stage_start").reshape(n, n_stages)
-        finishes = cols.pop("stage_finish").reshape(n, n_stages)
-        out = {name: cols[name] for name, _ in _FIELDS[:10]}
-        for s in range(n_stages):
-            out[f"s{s}_start_ms"] = starts[:, s]
-            out[f"s{s}_finish_ms"] = finishes[:, s]
-        for name in ("status", "priority", "replica"):
-            out[name] = cols[name]
-        return out
+def _columns(rows: Rows) -> dict[str, np.ndarray]:
+    """The buffered records as columns (the stage times as ``s{s}_start_ms`` / ``s{s}_finish_ms``)."""
+    n, n_stages = len(rows), rows.n_stages
+    cols = {name: np.frombuffer(arr, dtype=_NUMPY_TYPE[code]).copy() if len(arr) else
+            np.array([], dtype=_NUMPY_TYPE[code]) for (name, code), arr in zip(FIELDS, rows.arrays)}
+    starts = cols.pop("stage_start").reshape(n, n_stages)
+    finishes = cols.pop("stage_finish").reshape(n, n_stages)
+    out = {name: cols[name] for name, _ in FIELDS[:10]}
+    for s in range(n_stages):
+        out[f"s{s}_start_ms"] = starts[:, s]
+        out[f"s{s}_finish_ms"] = finishes[:, s]
+    for name in ("status", "priority", "replica"):
+        out[name] = cols[name]
+    return out
 
 
 class RecordStore:
@@ -171,7 +113,7 @@ class RecordStore:
         self.exit_batch_size = np.zeros(n, dtype=np.int32)
         self.status = np.full(n, UNFINISHED, dtype=np.int8)  # each query's status code (STATUSES)
         self.offered_qps = None if offered_qps is None else np.asarray(offered_qps, dtype=np.float64)
-        self._rows = _Rows(n_stages)
+        self._rows = Rows(n_stages)
         self._chunks: list[dict[str, np.ndarray]] = []
         self._writer = None
         self._file_done = False  # a streamed file has been closed (renamed to ``path``) or discarded
@@ -198,8 +140,8 @@ class RecordStore:
     def _flush(self) -> None:
         if not len(self._rows):
             return
-        chunk = self._rows.columns()
-        self._rows = _Rows(self.n_stages)
+        chunk = _columns(self._rows)
+        self._rows = Rows(self.n_stages)
         qid = chunk["query_id"]
         if not self._arrivals_known:
             self.arrival[qid] = chunk["arrival_ms"]
