@@ -12,13 +12,15 @@ from __future__ import annotations
 import importlib
 
 # the modules mypyc compiles: the mechanism's hot paths (the pipeline's control plane, the batch table, executors
-# and buffer pairs it calls on every stage execution), the query records they all read and write, the
-# device-sharing model and the SimPy engine, each measured to pay; the small helpers they use (operations, arith)
-# gained nothing measurable and stay pure, and so do the engine's result and errors (dvasim.engines.sim.result)
-# and the policies (subclassed everywhere, by tests too). A dataclass here writes its __init__ out: the one
-# dataclass generates is interpreted code even in a compiled module
+# and buffer pairs it calls on every stage execution), the query records they all read and write, the meta
+# operations the policies answer with and the clock tolerance, the device-sharing model, the SimPy engine and the
+# records' buffers, each measured to pay. The sums (arith) gained nothing measurable and stay pure, and so do the
+# engine's result and errors (dvasim.engines.sim.result) and the policies (subclassed everywhere, by tests too).
+# A dataclass here writes its __init__ out: the one dataclass generates is interpreted code even in a compiled
+# module
 COMPILED_MODULES: tuple[str, ...] = (
     "dvasim.core.query",
+    "dvasim.core.operations",
     "dvasim.core.buffers",
     "dvasim.core.batch_table",
     "dvasim.core.executor",

@@ -1,13 +1,18 @@
 """The meta operations a policy answers with and the mechanism carries out (paper §5): *new*, *stretch* and
-*split*, and the clock tolerance both sides compare times with. Imports nothing but the standard library."""
+*split*, and the clock tolerance both sides compare times with. Imports nothing but the standard library.
+
+Part of the optional compiled core (:mod:`dvasim.compiled`): the operations write their ``__init__`` out (the one
+dataclass generates is interpreted code), and their fields are typed ``Any`` so that a compiled core refuses
+nothing the pure one accepts (the pipeline checks what a policy returned and says what is wrong)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 
-@dataclass
+@dataclass(init=False)
 class New:
     """*new*: a batch of ``queries``; ``splittable`` marks a batch that may later be split (never stretched).
 
@@ -19,25 +24,31 @@ class New:
     instance (``[engine] instances``), which must hold no batch: a policy that dispatches to its own workers
     (E2bird's multi-granularity engine, :mod:`dvasim.policies.e2bird`) names the worker."""
 
-    queries: list
-    splittable: bool = False
-    lane: int | None = None
+    queries: Any  # (a list of queries; Any: a compiled core checks nothing the pure one does not)
+    splittable: Any = False
+    lane: Any = None
+
+    def __init__(self, queries: Any, splittable: Any = False, lane: Any = None) -> None:
+        self.queries, self.splittable, self.lane = queries, splittable, lane
 
 
-@dataclass
+@dataclass(init=False)
 class Stretch:
     """*stretch*: add ``queries`` to the latest batch ``bid``. ``splittable = True`` marks the stretched batch as
     one that may be split later (its new size passed the policy's split test), which ends its stretching."""
 
-    bid: int
-    queries: list
-    splittable: bool = False
+    bid: Any
+    queries: Any
+    splittable: Any = False
+
+    def __init__(self, bid: Any, queries: Any, splittable: Any = False) -> None:
+        self.bid, self.queries, self.splittable = bid, queries, splittable
 
 
 SPLIT_MANNERS = ("serial", "pipelined")
 
 
-@dataclass
+@dataclass(init=False)
 class Split:
     """*split*: split batch ``bid`` (whole after the current stage) into sub-batches of ``sizes``.
 
@@ -47,9 +58,12 @@ class Split:
     ``manner = "pipelined"``: all sub-batches are handed on at once and follow each other stage by stage,
     overlapping as far as the buffer pairs allow (for studies)."""
 
-    bid: int
-    sizes: list
-    manner: str = "serial"
+    bid: Any
+    sizes: Any
+    manner: Any = "serial"
+
+    def __init__(self, bid: Any, sizes: Any, manner: Any = "serial") -> None:
+        self.bid, self.sizes, self.manner = bid, sizes, manner
 
 
 
