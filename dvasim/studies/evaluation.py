@@ -27,9 +27,10 @@ DVABatch's mean-latency reduction against DelayBatch into these steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -300,10 +301,17 @@ def tune_delaybatch(model: str, windows: Iterable[float] | None = None, workers:
                     **kw) -> pd.DataFrame:
     """Peak throughput of DelayBatch for each window; the chosen row has ``best = True``."""
     windows = list(windows) if windows is not None else window_candidates(model, kw.get("device", "titanrtx"))
-    kw = {**kw, "refine": refine}
-    jobs = [(model, {"name": "delaybatch", "max_queue_delay_ms": w}, kw) for w in windows]
-    results = _map(_peak_job, jobs, workers)
-    df = pd.DataFrame({"model": model, "max_queue_delay_ms": windows, "peak_qps": [r[0] for r in results]})
+    results = _map(_peak_job, [_window_job(model, w, refine, kw) for w in windows], workers)
+    return _windows_frame(model, windows, [r[0] for r in results])
+
+
+def _window_job(model: str, window: float, refine: int, kw: dict[str, Any]):
+    return model, {"name": "delaybatch", "max_queue_delay_ms": window}, {**kw, "refine": refine}
+
+
+def _windows_frame(model: str, windows: list[float], peaks: list[float]) -> pd.DataFrame:
+    """The windows tried and DelayBatch's peak with each; ``best``: the highest peak (ties: the smaller window)."""
+    df = pd.DataFrame({"model": model, "max_queue_delay_ms": windows, "peak_qps": peaks})
     best = df.sort_values(["peak_qps", "max_queue_delay_ms"], ascending=[False, True]).index[0]
     df["best"] = df.index == best
     return df
@@ -315,6 +323,34 @@ def _map(fn, jobs, workers):
         return [fn(j) for j in jobs]
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
         return list(pool.map(fn, jobs))
+
+
+class _Jobs:
+    """Jobs on at most ``workers`` processes (in this process with one), each with what to do with its result
+    (``then``): a job that a result makes possible is submitted at once, so no worker waits for a phase of the study
+    to end while another finishes it. Results do not depend on the order jobs finish in: every job is seeded."""
+
+    def __init__(self, workers: int, n_jobs: int):
+        workers = min(workers, n_jobs)  # never more processes than jobs
+        self.pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+        self.waiting: dict[Future, Callable[[Any], None]] = {}
+
+    def submit(self, fn: Callable[[Any], Any], arg: Any, then: Callable[[Any], None]) -> None:
+        if self.pool is None:
+            then(fn(arg))
+        else:
+            self.waiting[self.pool.submit(fn, arg)] = then
+
+    def run(self) -> None:
+        """Until every job (and every job their results submitted) is done; the first error is raised."""
+        try:
+            while self.waiting:
+                done, _ = wait(list(self.waiting), return_when=FIRST_COMPLETED)
+                for fut in sorted(done, key=list(self.waiting).index):  # (in the order they were submitted)
+                    self.waiting.pop(fut)(fut.result())
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(cancel_futures=True)
 
 
 # ----------------------------------------------------------------------------- comparison (Figures 14 and 16)
@@ -367,53 +403,107 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
     kw.update({k: v for k, v in (("stack", stack), ("engine_file", engine_file)) if v is not None})
     delay_kw = {"stages": 1} if VARIANT_BY_LABEL["delaybatch"].whole else {}  # its tuning and peak as it runs
     peak_kw = {**kw, "peak": peak} if peak != "stepping" else kw
-    tuned_windows = {}
-    for model in models:
-        if windows and model in windows:
-            tuned_windows[model] = float(windows[model])
-        else:
-            tuned = tune_delaybatch(model, workers=workers, **delay_kw, **peak_kw)
-            tuned_windows[model] = float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])
-        bar.update(1)
-    peak_jobs = []
-    for model in models:
-        peak_jobs.append((model, {"name": "delaybatch", "max_queue_delay_ms": tuned_windows[model]},
-                          {**peak_kw, "refine": refine, **delay_kw}))
-        if want_dva_peak:
-            peak_jobs.append((model, {"name": "dvabatch"}, {**peak_kw, "refine": refine}))
-    found = _map(_peak_job, peak_jobs, workers)
-    at_top = [f"{m}:{pol['name']}" for (m, pol, _), (_, (_, hi)) in zip(peak_jobs, found) if not math.isfinite(hi)]
-    peaks = iter(found)
-    bar.update(len(peak_jobs))
-    calib = []
-    jobs = []
-    for model in models:
-        window = tuned_windows[model]
-        peak_delay = next(peaks)[0]
-        peak_dva = next(peaks)[0] if want_dva_peak else math.nan
-        calib.append({"model": model, "stages": MODELS[model]["stages"], "baseline_stages": delay_kw.get("stages",
-                                                                                                  MODELS[model]["stages"]),
-                      "delaybatch_window_ms": window,
-                      "peak_qps_delaybatch": peak_delay, "peak_qps_dvabatch": peak_dva,
-                      "peak_gain_%": 100.0 * (peak_dva / peak_delay - 1.0)})
-        for load, frac in LOADS.items():
-            rate = frac * peak_delay
-            for v in per_model[model]:
-                jobs += [(model, v.label, window, load, rate, n_queries, seed + k, kw) for k in range(seeds)]
-    rows = []
-    if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-            for row in pool.map(_run_job, jobs):
-                rows.append(row)
-                bar.update(1)
-    else:
-        for j in jobs:
-            rows.append(_run_job(j))
-            bar.update(1)
+    study = _CompareJobs(models, per_model, windows or {}, want_dva_peak, bar, peak_kw=peak_kw, delay_kw=delay_kw,
+                         refine=refine, run_kw=kw, n_queries=n_queries, seed=seed, seeds=seeds)
+    study.run(workers)
     bar.close()
-    calib_df = pd.DataFrame(calib)
-    calib_df.attrs["peak_at_ladder_top"] = at_top
-    return (pd.DataFrame(rows) if seeds == 1 else over_seeds_rows(rows, [seed + k for k in range(seeds)])), calib_df
+    rows = study.rows()
+    return (pd.DataFrame(rows) if seeds == 1 else over_seeds_rows(rows, [seed + k for k in range(seeds)])), \
+        study.calibration()
+
+
+class _CompareJobs:
+    """:func:`compare`'s runs as jobs, each submitted as soon as what it needs is known: a model's window tuning
+    (DelayBatch's peak with each candidate window), then DelayBatch's peak with the tuned window, then the model's
+    runs at the three loads (fractions of that peak); DVABatch's peaks need nothing. Rows keep the job order."""
+
+    def __init__(self, models, per_model, windows, want_dva_peak, bar, *, peak_kw, delay_kw, refine, run_kw,
+                 n_queries, seed, seeds):
+        self.models, self.per_model, self.want_dva_peak, self.bar = models, per_model, want_dva_peak, bar
+        self.peak_kw, self.delay_kw, self.refine, self.run_kw = peak_kw, delay_kw, refine, run_kw
+        self.n_queries, self.seed, self.seeds = n_queries, seed, seeds
+        self.window = {m: float(windows[m]) for m in models if m in windows}  # DelayBatch's, given or tuned
+        self.tried: dict[str, dict[float, float]] = {m: {} for m in models}  # model -> window -> peak
+        self.peak: dict[tuple[str, str], tuple[float, tuple[float, float]]] = {}  # (model, policy) -> found
+        self.first_run, n = {}, 0  # each model's runs: from this index, in (load, variant, seed) order
+        for m in models:
+            self.first_run[m], n = n, n + len(LOADS) * len(per_model[m]) * seeds
+        self.results: list[dict[str, Any] | None] = [None] * n
+        self.tune_kw = {**delay_kw, **peak_kw}
+        self.candidates = {m: window_candidates(m, self.tune_kw.get("device", "titanrtx"))
+                           for m in models if m not in self.window}
+        self.n_jobs = sum(map(len, self.candidates.values())) + len(models) * (1 + int(want_dva_peak)) + n
+        self.jobs: Any = None  # the _Jobs while the study runs
+
+    def run(self, workers: int) -> None:
+        self.jobs = _Jobs(workers, self.n_jobs)
+        for m in self.models:
+            if m in self.window:
+                self.bar.update(1)
+                self._peak_of_delaybatch(m)
+            else:
+                windows = self.candidates[m]
+                for w in windows:
+                    job = _window_job(m, w, 2, self.tune_kw)
+                    self.jobs.submit(_peak_job, job, partial(self._tried, m, windows, w))
+            if self.want_dva_peak:
+                self.jobs.submit(_peak_job, (m, {"name": "dvabatch"}, {**self.peak_kw, "refine": self.refine}),
+                                 partial(self._peaked, m, "dvabatch"))
+        self.jobs.run()
+
+    def _tried(self, model: str, windows: list[float], window: float, found) -> None:
+        self.tried[model][window] = found[0]
+        if len(self.tried[model]) < len(windows):
+            return
+        tuned = _windows_frame(model, windows, [self.tried[model][w] for w in windows])
+        self.window[model] = float(tuned.loc[tuned["best"], "max_queue_delay_ms"].iloc[0])
+        self.bar.update(1)
+        self._peak_of_delaybatch(model)
+
+    def _peak_of_delaybatch(self, model: str) -> None:
+        job = (model, {"name": "delaybatch", "max_queue_delay_ms": self.window[model]},
+               {**self.peak_kw, "refine": self.refine, **self.delay_kw})
+        self.jobs.submit(_peak_job, job, partial(self._peaked, model, "delaybatch"))
+
+    def _peaked(self, model: str, policy: str, found) -> None:
+        self.peak[(model, policy)] = found
+        self.bar.update(1)
+        if policy != "delaybatch":
+            return
+        i = self.first_run[model]
+        for load, frac in LOADS.items():
+            rate = frac * found[0]
+            for v in self.per_model[model]:
+                for k in range(self.seeds):
+                    job = (model, v.label, self.window[model], load, rate, self.n_queries, self.seed + k, self.run_kw)
+                    self.jobs.submit(_run_job, job, partial(self._ran, i))
+                    i += 1
+
+    def _ran(self, i: int, row: dict[str, Any]) -> None:
+        self.results[i] = row
+        self.bar.update(1)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return list(self.results)
+
+    def calibration(self) -> pd.DataFrame:
+        """One row per model: the tuned window and the peaks; ``attrs["peak_at_ladder_top"]``: the peaks that are
+        the top of the stepping ladder (only lower bounds), as model:policy."""
+        calib, at_top = [], []
+        stages = self.delay_kw.get("stages")
+        for m in self.models:
+            peak_delay = self.peak[(m, "delaybatch")][0]
+            peak_dva = self.peak[(m, "dvabatch")][0] if self.want_dva_peak else math.nan
+            calib.append({"model": m, "stages": MODELS[m]["stages"], "baseline_stages": stages or MODELS[m]["stages"],
+                          "delaybatch_window_ms": self.window[m],
+                          "peak_qps_delaybatch": peak_delay, "peak_qps_dvabatch": peak_dva,
+                          "peak_gain_%": 100.0 * (peak_dva / peak_delay - 1.0)})
+            for pol in ("delaybatch", "dvabatch") if self.want_dva_peak else ("delaybatch",):
+                if not math.isfinite(self.peak[(m, pol)][1][1]):
+                    at_top.append(f"{m}:{pol}")
+        df = pd.DataFrame(calib)
+        df.attrs["peak_at_ladder_top"] = at_top
+        return df
 
 
 INTERVAL_METRICS = ("mean_latency_ms", "p99_latency_ms")  # the metrics compare.csv gives an interval
