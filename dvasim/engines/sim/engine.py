@@ -521,6 +521,30 @@ class Simulation:
         self.busy = [False] * self.n_exec
         self.woken: list[int] = []  # executors handed an execution while the one that finished goes on first
         self.wake_later = self._wake_host
+        # the host's costs of a launch and of a batch's entry and exit, by what they depend on (computed once:
+        # the host model and the stack's costs do not change during a run)
+        self.launch_costs: dict[tuple[int, int, int], tuple[float, float, float, float]] = {}
+        self.batch_costs_of: dict[tuple[int, int], tuple[float, float, float]] = {}
+
+    def _launch_costs(self, ex, b: int) -> tuple[float, float, float, float]:
+        """Execution ``ex``'s (charged ``b`` rows) host costs before its jitter: the Python-level work holding
+        the lock, the GPU's time and demand, the launch."""
+        key = (ex.stage, b, ex.seq_len)
+        got = self.launch_costs.get(key)
+        if got is None:
+            host = self.host
+            g, demand = host.gpu(ex)
+            got = self.launch_costs[key] = (host.locked(ex.stage, b), g, demand, host.launch(ex.stage, b, ex.seq_len))
+        return got
+
+    def _batch_costs(self, b: int, seq_len: int) -> tuple[float, float, float]:
+        """A batch's (``b`` rows padded to ``seq_len``) entry on the host, its inputs' copy and its exit."""
+        key = (b, seq_len)
+        got = self.batch_costs_of.get(key)
+        if got is None:
+            c = self.batch_costs
+            got = self.batch_costs_of[key] = (c.entry_host_ms(b, seq_len), c.h2d_ms(b, seq_len), c.exit_ms(b))
+        return got
 
     def _wake_host(self, k: int) -> None:
         self.woken.append(k)
@@ -578,17 +602,17 @@ class Simulation:
                 yield env.timeout(copy)
         f = self._draw_jitter() if self.jittered else 1.0
         b = ex.charged_batch_size  # a padding policy's dummy rows are copied and launched too
-        locked = host.locked(ex.stage, b) * f + self.launch_overhead_ms
+        locked, g, demand, launch = self._launch_costs(ex, b)
+        locked = locked * f + self.launch_overhead_ms
         if locked > 0:
             yield lock.run(locked)
         entry = batch_costs is not None and ex.stage == 0  # the requests' handling, the inputs' gathering, copy
         if entry and batch_costs.idle_between_batches:  # before the GPU starts: it idles for this instance
             yield from self._batch_entry(ex, b)
-        g, demand = host.gpu(ex)
         gpu = _GpuWork(self.device, g * f, demand)
         if entry and not batch_costs.idle_between_batches:  # asynchronous copies: beside the GPU's work
             yield from self._batch_entry(ex, b)
-        launch = host.launch(ex.stage, b, ex.seq_len) * f + (self._draw_stall() if self.stalls else 0.0)
+        launch = launch * f + (self._draw_stall() if self.stalls else 0.0)
         if launch > 0:
             if host.locks_launch:
                 yield lock.run(launch)
@@ -598,7 +622,7 @@ class Simulation:
                 yield self.host_cores.run(launch)
         yield gpu
         if batch_costs is not None and ex.stage == self.n_stages - 1:  # synchronise and copy the outputs back
-            post = batch_costs.exit_ms(b)
+            post = self._batch_costs(b, ex.seq_len)[2]
             if batch_costs.idle_between_batches:
                 if post > 0:
                     yield env.timeout(post)
@@ -608,10 +632,9 @@ class Simulation:
     def _batch_entry(self, ex, b: int):
         """A batch's entry: the requests' handling and the inputs' gathering, then their copy on the link."""
         env, batch_costs = self.env, self.batch_costs
-        pre = batch_costs.entry_host_ms(b, ex.seq_len)
+        pre, h2d, _ = self._batch_costs(b, ex.seq_len)
         if pre > 0:
             yield (self.interpreter_lock.run(pre) if batch_costs.python_level else env.timeout(pre))
-        h2d = batch_costs.h2d_ms(b, ex.seq_len)
         if h2d > 0:
             yield env.timeout(self.link.visible(env.now, h2d) - env.now)
 
