@@ -174,17 +174,63 @@ def report(results, calib, out: Path, args) -> None:
                      ("attribution.csv", att)):
         with atomic_path(out / name) as tmp:  # renamed when complete: a full disk leaves no torn table
             df.to_csv(tmp, index=False)
-    from dvasim.reporting.plots import attribution_bars, policy_bars
+    from dvasim.reporting import plots
 
+    # this process draws bars only: seaborn without its scipy (half a second to import); matplotlib and seaborn
+    # imported before a figure process forks from this one
+    plots.import_seaborn_without_scipy()
     on = stack_title(results)
-    policy_bars(results, "mean_latency_ms", out / "fig14_mean_latency.png", f"mean latency (paper Figure 14){on}",
-                device=args.device)
-    policy_bars(results, "p99_latency_ms", out / "fig16_p99_latency.png", f"p99 latency (paper Figure 16){on}",
-                device=args.device, slo_ms=args.slo_ms)
+    figures = [("policy_bars", (results, "p99_latency_ms", out / "fig16_p99_latency.png",
+                                f"p99 latency (paper Figure 16){on}"), {"device": args.device, "slo_ms": args.slo_ms}),
+               ("policy_bars", (results, "mean_latency_ms", out / "fig14_mean_latency.png",
+                                f"mean latency (paper Figure 14){on}"), {"device": args.device})]
     if att["share_multientry_pp"].notna().any():
-        attribution_bars(att, out / "attribution.png",
-                         "DVABatch's mean-latency reduction vs DelayBatch, by step (points of DelayBatch's mean)" + on)
+        figures.append(("attribution_bars", (att, out / "attribution.png", "DVABatch's mean-latency reduction vs "
+                                             f"DelayBatch, by step (points of DelayBatch's mean){on}"), {}))
+    draw_figures(figures, args.workers)
     print_report(results, calib, red, sys.stdout, args.slo_ms)
     if set(results["policy"]) - set(study.POLICIES):
         print_variants(results, sys.stdout)
     print_attribution(att, sys.stdout)
+
+
+def draw_figures(figures: list[tuple[str, tuple, dict]], workers: int) -> None:
+    """Draw ``figures`` (each ``(name of a dvasim.reporting.plots function, args, kwargs)``, writing one file):
+    the first in a second process (:func:`figure_process`) while this one draws the others, or all here (the
+    files are the same). An error of either (a full disk) is raised here once both are done; a second process
+    that dies leaves its figure to this one."""
+    pool = figure_process(workers) if len(figures) > 1 else None
+    if pool is None:
+        for name, a, kw in figures:
+            _draw(name, a, kw)
+        return
+    from concurrent.futures.process import BrokenProcessPool
+
+    with pool:
+        aside = pool.submit(_draw, *figures[0])
+        for name, a, kw in figures[1:]:
+            _draw(name, a, kw)
+        try:
+            aside.result()
+        except BrokenProcessPool:
+            _draw(*figures[0])
+
+
+def _draw(name: str, a: tuple, kw: dict):
+    from dvasim.reporting import plots
+
+    return getattr(plots, name)(*a, **kw)
+
+
+def figure_process(workers: int):
+    """A process forked from this one (it starts at once, with this process's imports) to draw a figure in
+    beside it: when ``--workers`` allows two processes, two cores are there for them, and on Linux (where
+    forking is the platform's own way); else None."""
+    import os
+
+    if workers < 2 or not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2:
+        return None
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))

@@ -61,7 +61,34 @@ def _plt():
     return plt, sns
 
 
+# seaborn's optional scipy: scipy.stats (kdeplot's gaussian_kde) and scipy.cluster (clustermap), half a second to import
+SEABORN_OPTIONAL_SCIPY = ("scipy.stats", "scipy.cluster")
+
+
+def import_seaborn_without_scipy():
+    """:func:`_plt` (``(pyplot, seaborn)``, the theme set) with seaborn imported without the parts of scipy it
+    imports only for what dvasim's bar figures never draw (:data:`SEABORN_OPTIONAL_SCIPY`, most of the import time
+    of a process that draws: ``dvasim compare``'s figures). While seaborn imports they are unavailable, so seaborn
+    takes its documented path without scipy (its own copy of ``gaussian_kde``; no cumulative KDE, no clustermap
+    without fastcluster); importing them later works. For processes that draw only dvasim's figures: a notebook or
+    script that wants seaborn's KDE or clustermap imports seaborn itself. Once seaborn is imported it is
+    :func:`_plt`; a module of the list already imported stays."""
+    hidden = [] if "seaborn" in sys.modules else [m for m in SEABORN_OPTIONAL_SCIPY if m not in sys.modules]
+    for m in hidden:
+        sys.modules[m] = None  # type: ignore[assignment]  # an import of it raises ImportError
+    try:
+        return _plt()
+    finally:
+        for m in hidden:
+            if m in sys.modules and sys.modules[m] is None:
+                del sys.modules[m]
+
+
 FIGURE_MAX_POINTS = 200_000
+# Panel titles at the top of their axes (matplotlib's axes.titley 1.0; its default, None, searches every draw for
+# tick labels or an axis offset at the top of the axes to lift the title above: about a fifth of the time a figure
+# of many panels takes to draw). For figures with none there (the compare figures), where the search puts the title
+FIXED_TITLES = {"axes.titley": 1.0}
 SLO_COLOUR = "red"
 
 # ----------------------------------------------------------------------------- colours
@@ -415,26 +442,30 @@ def run_title(summary: dict, config: dict | None = None) -> str:
 def policy_bars(results: pd.DataFrame, metric: str, path: str | Path, title: str = "", device: str | None = None,
                 slo_ms: float | None = None) -> Path:
     """Figures 14 / 16 of the paper: ``metric`` per load and policy (every variant present, coloured by
-    :data:`PALETTE`), one panel per model; each load's tick says its offered rate (``offered_qps``), the title
-    the ``device``, and ``slo_ms`` is marked (labelled at the axis edge, without stretching the axis to it). A
-    panel where one bar is over ten times the median is drawn on a log scale (its label says so)."""
+    :data:`PALETTE`; a bar per row, the mean of the rows without an interval where there are several), one panel
+    per model; each load's tick says its offered rate (``offered_qps``), the title the ``device``, and ``slo_ms``
+    is marked (labelled at the axis edge, without stretching the axis to it). A panel where one bar is over ten
+    times the median is drawn on a log scale (its label says so)."""
     plt, sns = _plt()
     order = [x for x in ("low", "medium", "high") if x in set(results["load"])]
     hue = policy_order(results["policy"])
-    g = sns.catplot(data=results, x="load", y=metric, hue="policy", col="model", kind="bar", order=order,
-                    hue_order=hue, palette=policy_colours(hue), saturation=1, sharex=False, sharey=False,
-                    col_wrap=min(3, results["model"].nunique()), height=2.8, aspect=1.45 if len(hue) <= 3 else 1.8)
-    g.set_axis_labels("load (offered queries/s)", axis_label(metric))
-    g.set_titles("{col_name}")
-    for model, ax in g.axes_dict.items():
-        mine = results[results["model"] == model]
-        if "offered_qps" in results:
-            qps = mine.groupby("load")["offered_qps"].first()
-            ax.set_xticks(range(len(order)))
-            ax.set_xticklabels([f"{ld}\n{qps.get(ld, float('nan')):.0f} qps" for ld in order])
-        _log_if_outlier(ax, mine[metric])
-        if slo_ms:
-            slo_line(ax, slo_ms, "y")
+    with plt.rc_context(FIXED_TITLES):
+        # compare's tables have one row per (model, load, policy): a bar is its row's value, no interval to draw
+        g = sns.catplot(data=results, x="load", y=metric, hue="policy", col="model", kind="bar", order=order,
+                        hue_order=hue, palette=policy_colours(hue), saturation=1, errorbar=None, sharex=False,
+                        sharey=False, col_wrap=min(3, results["model"].nunique()), height=2.8,
+                        aspect=1.45 if len(hue) <= 3 else 1.8)
+        g.set_axis_labels("load (offered queries/s)", axis_label(metric))
+        g.set_titles("{col_name}")
+        for model, ax in g.axes_dict.items():
+            mine = results[results["model"] == model]
+            if "offered_qps" in results:
+                qps = mine.groupby("load")["offered_qps"].first()
+                ax.set_xticks(range(len(order)))
+                ax.set_xticklabels([f"{ld}\n{qps.get(ld, float('nan')):.0f} qps" for ld in order])
+            _log_if_outlier(ax, mine[metric])
+            if slo_ms:
+                slo_line(ax, slo_ms, "y")
     head = title + (f" on {device}" if device else "")
     if head:
         g.figure.suptitle(head, y=1.02)
@@ -471,7 +502,8 @@ def attribution_bars(att: pd.DataFrame, path: str | Path, title: str = "") -> Pa
         lo, hi = _stack_bars(ax, att[att["model"] == model].set_index("load").reindex(loads), loads, shares)
         pad = 0.08 * max(hi - lo, 1.0)
         ax.set_ylim(lo - pad, hi + pad)
-        ax.set(title=model, xlabel="load", ylabel="points of DelayBatch's mean")
+        with plt.rc_context(FIXED_TITLES):
+            ax.set(title=model, xlabel="load", ylabel="points of DelayBatch's mean")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), frameon=False)
     if title:

@@ -55,7 +55,6 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta
 
 from dvasim import config as cfgmod
 from dvasim.errors import ConfigError, IncompleteRunWarning
@@ -94,6 +93,9 @@ OPTIONS = Section("capacity", "the capacity search's settings (dvasim capacity's
 def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
     """One-sided bounds ``(lower, upper)`` on a binomial fraction after ``k`` successes in ``n`` trials: each
     holds with probability ``confidence``."""
+    # imported here: scipy.stats takes half a second, and the command line's parser imports this module (its help)
+    from scipy.stats import beta
+
     a = 1.0 - confidence
     lower = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
     upper = 1.0 if k == n else float(beta.ppf(1.0 - a, k + 1, n - k))

@@ -335,3 +335,13 @@ def test_no_display_means_headless_on_linux(monkeypatch):
     assert plots._headless()
     monkeypatch.setenv("WAYLAND_DISPLAY", "wayland-0")
     assert not plots._headless()
+
+
+def test_seaborn_imports_without_its_scipy_for_the_compare_figures_and_scipy_still_imports_after():
+    import subprocess
+
+    code = ("import sys; from dvasim.reporting import plots; plots.import_seaborn_without_scipy(); "
+            "assert 'seaborn' in sys.modules and not {'scipy.stats', 'scipy.cluster'} & set(sys.modules); "
+            "import scipy.stats, scipy.cluster; assert sys.modules['scipy.stats'] is not None; print('ok')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
