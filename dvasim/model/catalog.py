@@ -70,6 +70,16 @@ def load_op_table(name: str, device: str):
     return LatencyTable.load(path)
 
 
+@functools.lru_cache(maxsize=64)
+def _stage_table(name: str, device: str, slice_batch_size: int, how: str, value):
+    """The stage table of a named model sliced ``how`` (``n_stages``, ``cuts`` or ``ratios``: ``value``), kept:
+    a study builds the same few tables for hundreds of runs, and a table is never changed once built."""
+    from dvasim.model.slicing import stage_table
+
+    return stage_table(load_op_table(name, device), at_batch_size=slice_batch_size, name=f"{name}_{device}",
+                       **{how: list(value) if isinstance(value, tuple) else value})
+
+
 def resolve_model(model_cfg: dict[str, Any]) -> ResolvedModel:
     """Build the per-stage table a ``[model]`` section asks for."""
     from dvasim.model.table import LatencyTable
@@ -111,12 +121,11 @@ def resolve_model(model_cfg: dict[str, Any]) -> ResolvedModel:
                 isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) for r in ratios):
             raise ConfigError("model.ratios", f"must be a list of numbers, e.g. [0.5, 0.5]; got {ratios!r}")
         kwargs["ratios"] = ratios
-    from dvasim.model.slicing import stage_table
-
     sbs = model_cfg.get("slice_batch_size", 1)
     if isinstance(sbs, bool) or not isinstance(sbs, int) or not 1 <= sbs <= op_table.max_batch_size:
         raise ConfigError("model.slice_batch_size", f"must be an integer batch size in 1..{op_table.max_batch_size} "
                                                     f"(the operator table's), got {sbs!r}")
-    table = stage_table(op_table, at_batch_size=sbs, name=f"{name}_{device}", **kwargs)
+    (how, value), = kwargs.items()
+    table = _stage_table(name, device, sbs, how, tuple(value) if isinstance(value, list) else value)
     bounds = list(table.cuts) if table.cuts is not None else None
     return ResolvedModel(table, name, device, "small" if device == "cpu" else "full", bounds, op_table)

@@ -230,3 +230,24 @@ def test_time_even_slicing_of_shipped_tables_is_balanced(path):
     assert balanced >= 2  # at least 1 and 2 stages
     # and every stage count up to the number of operators slices
     assert stage_table(ops, n_stages=ops.n_stages).n_stages == ops.n_stages
+
+
+def test_a_named_models_stage_table_is_built_once_and_equals_a_fresh_slicing():
+    """resolve_model keeps the stage tables it builds (a study resolves the same few for hundreds of runs): the
+    kept table is the one slicing the operator table gives now, for stages, cuts and ratios alike."""
+    import numpy as np
+
+    from dvasim.model.catalog import load_op_table, resolve_model
+    from dvasim.model.slicing import stage_table
+
+    ops = load_op_table("resnet152", "titanrtx")
+    for spec, how in (({"stages": 3}, {"n_stages": 3}), ({"cuts": [40, 100]}, {"cuts": [40, 100]}),
+                      ({"ratios": [0.25, 0.75]}, {"ratios": [0.25, 0.75]})):
+        cfg = {"name": "resnet152", "device": "titanrtx", **spec}
+        first, again = resolve_model(cfg).table, resolve_model(dict(cfg)).table
+        assert first is again
+        fresh = stage_table(ops, name="resnet152_titanrtx", **how)
+        assert first.n_stages == fresh.n_stages and list(first.cuts) == list(fresh.cuts)
+        assert np.array_equal(first._lat, fresh._lat)
+    assert resolve_model({"name": "resnet152", "stages": 2}).table is not resolve_model(
+        {"name": "resnet152", "stages": 3}).table
