@@ -13,11 +13,13 @@ import importlib
 
 # the modules mypyc compiles: the mechanism's hot paths (the pipeline's control plane, the batch table, executors
 # and buffer pairs it calls on every stage execution), the query records they all read and write, the meta
-# operations the policies answer with and the clock tolerance, the device-sharing model, the SimPy engine and the
-# records' buffers, each measured to pay. The sums (arith) gained nothing measurable and stay pure, and so do the
-# engine's result and errors (dvasim.engines.sim.result) and the policies (subclassed everywhere, by tests too).
-# A dataclass here writes its __init__ out: the one dataclass generates is interpreted code even in a compiled
-# module
+# operations the policies answer with and the clock tolerance, the device-sharing model, the SimPy engine, the
+# records' buffers, and the DVABatch policy with the policies' base classes, each measured to pay. The compiled
+# policy classes take interpreted subclasses (@mypyc_attr(allow_interpreted_subclasses=True),
+# dvasim.core.compiling): the other policies, users' and tests' subclass them. Measured not to pay (under 5%) and
+# left pure: Triton's batchers (dvasim.policies.triton), the sums (arith), and the engine's result and errors
+# (dvasim.engines.sim.result). A dataclass here writes its __init__ out: the one dataclass generates is
+# interpreted code even in a compiled module
 COMPILED_MODULES: tuple[str, ...] = (
     "dvasim.core.query",
     "dvasim.core.operations",
@@ -28,6 +30,8 @@ COMPILED_MODULES: tuple[str, ...] = (
     "dvasim.engines.sim.device",
     "dvasim.engines.sim.engine",
     "dvasim.reporting.rows",
+    "dvasim.policies.base",
+    "dvasim.policies.dvabatch",
 )
 
 EXTENSION_SUFFIXES = (".so", ".pyd")

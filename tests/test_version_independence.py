@@ -62,6 +62,7 @@ CLOCK_PATH: dict[str, str] = {
     "dvasim/core/arith.py": "the shared sums themselves",
     "dvasim/core/batch_table.py": "the batch table: batch sizes, stretch/split/new at simulated instants",
     "dvasim/core/buffers.py": "buffer pairs: which execution may start",
+    "dvasim/core/compiling.py": "mypyc's class decorator for the compiled core (no arithmetic)",
     "dvasim/core/errors.py": "the mechanism's errors (no arithmetic; their own module so mypyc leaves them pure)",
     "dvasim/core/executor.py": "executor states: which stage runs when",
     "dvasim/core/operations.py": "time_eps: the tolerance every 'is it now' comparison uses",

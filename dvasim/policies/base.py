@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from dvasim.core.compiling import mypyc_attr
 from dvasim.core.operations import SPLIT_MANNERS, New, Split, Stretch, time_eps  # noqa: F401  (policies use them)
 from dvasim.errors import ConfigError
 
@@ -96,16 +97,36 @@ def policy_reference(name: str) -> dict[str, Any]:
     import dvasim.policies  # noqa: F401  (registers the built-in policies)
 
     cls = _REGISTRY[canonical_name(name)]
-    sig = inspect.signature(cls.__init__)
+    sig = inspect.signature(cls)  # (a compiled class's __init__ has no signature of its own; the class has)
     params = {}
     for key, help_ in cls.params.items():
         p = sig.parameters.get(key)
         default = None if p is None or p.default is inspect.Parameter.empty else p.default
         params[key] = {"help": help_, "default": default}
-    own = next((c for c in cls.__mro__ if c.__dict__.get("__doc__") and c.__dict__.get("name")), cls)
-    doc = inspect.cleandoc(own.__doc__ or "")
+    own = next((c for c in cls.__mro__ if _own_doc(c) and c.__dict__.get("name")), cls)
+    doc = inspect.cleandoc(_own_doc(own))
     return {"name": cls.name, "aliases": list(cls.aliases), "summary": " ".join(doc.split("\n\n")[0].split()),
             "params": params}
+
+
+def _own_doc(cls: type) -> str:
+    """``cls``'s own docstring. mypyc keeps none of a compiled class (:mod:`dvasim.compiled`), only its signature:
+    then it is read from the class's source, the ``.py`` file beside the compiled module."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    doc = cls.__dict__.get("__doc__") or ""
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None) or ""
+    if doc or not path or path.endswith(".py"):
+        return doc
+    source = Path(path).with_name(cls.__module__.rpartition(".")[2] + ".py")
+    if not source.is_file():
+        return ""
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            return ast.get_docstring(node, clean=False) or ""
+    return ""
 
 
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
@@ -126,6 +147,7 @@ def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
     return cls(**params)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy(ABC):
     """Base class. Subclasses set ``name``, ``params`` (name -> help) and implement :meth:`admit`."""
 
@@ -186,6 +208,7 @@ class Policy(ABC):
         return [self.pending.popleft() for _ in range(min(n, len(self.pending)))]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FrontDoorPolicy(Policy):
     """A policy whose front door acts only on waiting queries (``pending``): with none waiting, :meth:`admit`
     forms nothing and :meth:`next_wakeup` is ``inf``, so the engines do not ask."""

@@ -119,8 +119,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import ClassVar
 
 from dvasim.core.arith import int_sum, left_sum
+from dvasim.core.compiling import mypyc_attr
 from dvasim.errors import ConfigError
 from dvasim.policies.base import (
     SPLIT_MANNERS,
@@ -173,7 +175,7 @@ def padding_waste(profile, lengths, batch_size: int) -> float:
     return 1.0 - own / padded if padded > 0 else 0.0
 
 
-@register
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DVABatch(FrontDoorPolicy):
     """DVABatch (Cui et al., ATC'22, §7): multi-entry multi-exit batching on a sliced model. Policy I (input
     diversity) clusters pending queries by length, Policy II (operator diversity) splits a batch where its
@@ -211,7 +213,7 @@ class DVABatch(FrontDoorPolicy):
                     "batches never overlap across stages (default: multi-entry pipelining, except one batch at a "
                     "time where one query already fully utilizes every stage and the policies are identified)",
     }
-    default_policies: tuple[str, ...] | None = None  # None: decide from the table
+    default_policies: ClassVar[tuple[str, ...] | None] = None  # None: decide from the table
 
     def __init__(self, max_batch_size=64, policies=None, max_queue_delay_ms=None, t_comp_wait_ms=None,
                  t_comp_wait_frac=None, split_factor=2.0, split_manner="serial", max_clusters=3,
@@ -269,6 +271,7 @@ class DVABatch(FrontDoorPolicy):
         self.has_len = getattr(prof, "seq_lens", None) is not None
         lengths = getattr(view, "input_lengths", None) if self.has_len else None
         lengths = None if lengths is None or len(lengths) == 0 else [int(x) for x in lengths]
+        self.ref_len: int | None  # the median input length (None: a table without lengths)
         if self.has_len:
             self.ref_len = int(sorted(lengths)[len(lengths) // 2]) if lengths else int(max(prof.seq_lens))
         else:
@@ -366,7 +369,7 @@ class DVABatch(FrontDoorPolicy):
             return self.split_sizes(bs - half, from_stage, seq_len) + self.split_sizes(half, from_stage, seq_len)
         return [bs]
 
-    def at_boundary(self, batch, stage, now):
+    def at_boundary(self, batch, stage: int, now: float):
         if not (self.use_split and batch.splittable) or self.view.table.can_split(batch.bid, stage) is not None:
             return None  # (a stretched batch's newcomers still catching up: it is whole only further on)
         seq_len = max(q.seq_len for q in batch.queries) if self.has_len else None
@@ -386,13 +389,14 @@ class DVABatch(FrontDoorPolicy):
         # candidate cut positions: where the length changes
         cuts = [k for k in range(1, n) if lens[k] != lens[k - 1]]
         job = self._cluster_job
-        best_cost, best = math.inf, ((0, n),)
+        best_cost = math.inf
+        best: tuple[tuple[int, int], ...] = ((0, n),)
         # every way to cut, depth first (a way, then the ways that cut its last group again, the earlier cut
         # first): the first of equal costs wins; a way is the groups' (start, end) positions in qs
         todo: list[tuple[int, int, tuple]] = [(0, 0, ())]
         while todo:
             start, k, acc = todo.pop()
-            parts = (*acc, (start, n))  # the last group closed here
+            parts: tuple[tuple[int, int], ...] = (*acc, (start, n))  # the last group closed here
             finish = fluid_finish_times([job(e - s, lens[e - 1]) for s, e in parts])
             c = left_sum((e - s) * t for (s, e), t in zip(parts, finish))
             if c < best_cost - EPS:
@@ -420,8 +424,8 @@ class DVABatch(FrontDoorPolicy):
     def _first_stage_free(self) -> bool:
         return self.view.stage_idle(0)
 
-    def admit(self, now):
-        ops = []
+    def admit(self, now: float):
+        ops: list[New | Stretch] = []
         if not self.pending:
             return ops
         if self.use_stretch:
@@ -475,7 +479,8 @@ class DVABatch(FrontDoorPolicy):
         newcomers = list(self.pending)[:room]
         if self.t_comp_wait_rule == "qos":
             oldest = min(q.arrival for q in latest.queries)
-            if self.merged_finish(latest, newcomers, now) - oldest > self.qos_target_ms + time_eps(now):
+            finish = self.merged_finish(latest, newcomers, now)
+            if finish - oldest > self.qos_target_ms + time_eps(now):  # type: ignore[operator]  # qos: a target
                 return None
         elif self.t_comp_wait_rule != "none":
             processed = 0.0 if math.isnan(latest.first_start) else now - latest.first_start
@@ -565,13 +570,18 @@ class DVABatch(FrontDoorPolicy):
         rest = prof.remaining(front + 1, n, longest) if front + 1 < n_st else 0.0
         return now + work + rest
 
-    def next_wakeup(self, now):
+    def next_wakeup(self, now: float):
         if self.pending and self._room() > 0:
             w = self.window()
             if w > 0:
                 t = self.pending[0].seen + w
                 return t if t > now + time_eps(now) else math.inf
         return math.inf
+
+
+# registered here rather than by a decorator: mypyc compiles a class with any decorator but mypyc_attr as a
+# slower non-native class (dvasim.compiled)
+register(DVABatch)
 
 
 def fluid_finish_times(jobs: list[tuple[float, float]]) -> list[float]:
@@ -600,9 +610,12 @@ def _mean_demand(prof, bs, seq_len) -> float:
     return left_sum(prof.demand(s, bs, seq_len) for s in range(n)) / n
 
 
-@register
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DVABatchSplit(DVABatch):
     """DVABatch with only *split* enabled (paper Figure 18), behind a Triton-style batch window."""
 
     name = "dvabatch-split"
     default_policies = ("operator",)
+
+
+register(DVABatchSplit)

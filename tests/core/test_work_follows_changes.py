@@ -112,17 +112,15 @@ def test_step_examining_only_affected_executors_equals_the_full_pass(n_stages, n
     assert got[0] == want[0]
 
 
-def _asked_always(policy):
-    """The same policy (a subclass of its class, with its state), asked at every step and every boundary."""
-    cls = type(policy)
-    assert isinstance(policy, FrontDoorPolicy)
+def _asked_always(name, params):
+    """Policy ``name`` made with ``params`` as a subclass of its class, asked at every step and every boundary."""
+    cls = type(make_policy(name, params))
+    assert issubclass(cls, FrontDoorPolicy)
     wrapped = type("Always" + cls.__name__, (cls,), {
         "has_pending": lambda self: True,
         "decides_at_boundary": True,
     })
-    obj = wrapped.__new__(wrapped)
-    obj.__dict__.update(policy.__dict__)
-    return obj
+    return wrapped(**params)
 
 
 def test_front_door_policies_are_not_asked_without_waiting_queries_and_nothing_changes():
@@ -133,9 +131,8 @@ def test_front_door_policies_are_not_asked_without_waiting_queries_and_nothing_c
                          ("lazybatch", {})]:
         runs, asked_empty = [], []
         for always in (False, True):
-            policy = make_policy(name, {"max_batch_size": 16, **params})
-            if always:
-                policy = _asked_always(policy)
+            kw = {"max_batch_size": 16, **params}
+            policy = _asked_always(name, kw) if always else make_policy(name, kw)
             empty = [0]
             admit = policy.admit
 

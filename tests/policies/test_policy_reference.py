@@ -25,7 +25,7 @@ def test_json_reference_lists_every_policy_with_its_declared_parameters_and_real
         cls = base._REGISTRY[name]
         assert list(ref["params"]) == list(cls.params)
         assert ref["summary"], name  # every policy says what it is
-        sig = inspect.signature(cls.__init__)
+        sig = inspect.signature(cls)
         for key, p in ref["params"].items():
             default = sig.parameters[key].default
             if default is not inspect.Parameter.empty and default is not None:
