@@ -75,14 +75,11 @@ def _dtype(column: str):
     return {"status": np.int8, "priority": np.int16, "replica": np.int16}.get(column, np.float64)
 
 
-_NUMPY_TYPE = {"q": np.int64, "d": np.float64, "b": np.int8, "h": np.int16}  # of the buffers' type codes
-
-
 def _columns(rows: Rows) -> dict[str, np.ndarray]:
-    """The buffered records as columns (the stage times as ``s{s}_start_ms`` / ``s{s}_finish_ms``)."""
+    """The buffered records as columns (the stage times as ``s{s}_start_ms`` / ``s{s}_finish_ms``): copies of the
+    buffers' memory, read as each column's dtype (:func:`_dtype`: the type its buffer was made with)."""
     n, n_stages = len(rows), rows.n_stages
-    cols = {name: np.frombuffer(arr, dtype=_NUMPY_TYPE[code]).copy() if len(arr) else
-            np.array([], dtype=_NUMPY_TYPE[code]) for (name, code), arr in zip(FIELDS, rows.arrays)}
+    cols = {name: np.frombuffer(arr, dtype=_dtype(name)).copy() for (name, _), arr in zip(FIELDS, rows.arrays)}
     starts = cols.pop("stage_start").reshape(n, n_stages)
     finishes = cols.pop("stage_finish").reshape(n, n_stages)
     out = {name: cols[name] for name, _ in FIELDS[:10]}

@@ -319,10 +319,12 @@ def _windows_frame(model: str, windows: list[float], peaks: list[float]) -> pd.D
 
 def _map(fn, jobs, workers):
     """``fn`` over ``jobs`` in order, on at most ``workers`` processes (never more than there are jobs)."""
-    if workers <= 1 or len(jobs) <= 1:
-        return [fn(j) for j in jobs]
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-        return list(pool.map(fn, jobs))
+    out: list[Any] = [None] * len(jobs)
+    pool = _Jobs(workers, len(jobs))
+    for i, job in enumerate(jobs):
+        pool.submit(fn, job, partial(out.__setitem__, i))
+    pool.run()
+    return out
 
 
 class _Jobs:

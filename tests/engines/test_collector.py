@@ -1,6 +1,6 @@
 """The garbage collector during a run (issue 25): the youngest generation's collections are spaced out while the
 events run (:mod:`dvasim.engines.sim.collector`), and put back as they were after; that is safe because a run
-makes no reference cycles that grow with its length (each would be garbage left for a collector that runs rarely).
+drops no reference cycles while its events run (each would be garbage left for a collector that runs rarely).
 """
 
 from __future__ import annotations
