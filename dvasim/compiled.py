@@ -32,6 +32,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "dvasim.reporting.rows",
     "dvasim.policies.base",
     "dvasim.policies.dvabatch",
+    "dvasim.policies.triton",
 )
 
 EXTENSION_SUFFIXES = (".so", ".pyd")

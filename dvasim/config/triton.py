@@ -7,7 +7,7 @@ Triton's ``model_config.proto``; its provenance is in ``dvasim/config/triton/PRO
 real config is accepted; a syntax error, an unknown field, a wrong type or a value out of its type's range is one
 line naming the file, the line, the column and the field.
 
-What is simulated (:class:`dvasim.policies.triton.TritonServerBatcher`, policy ``"triton"``), with Triton's
+What is simulated (:class:`dvasim.policies.triton_server.TritonServerBatcher`, policy ``"triton"``), with Triton's
 rules for absent fields:
 
 * ``max_batch_size`` (Triton batches at most ``max(1, max_batch_size)``);

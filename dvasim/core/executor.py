@@ -27,6 +27,7 @@ it, and an executor with such an item at the head of its queue counts as active.
 from __future__ import annotations
 
 from enum import Enum
+from typing import cast
 
 from dvasim.core.batch_table import BatchItem
 from dvasim.core.buffers import BufferPairs, BufferState
@@ -102,7 +103,7 @@ class Executor:
         return False
 
     def _begin(self) -> None:
-        st, j = self.buffers.state, self.item.slot
+        st, j = self.buffers.state, cast(BatchItem, self.item).slot  # (pulled: an item, read natively compiled)
         i = self.stage
         if st[i][j] is BufferState.INWRITING or st[i + 1][j] in (BufferState.INREADING, BufferState.INWRITING):
             raise TransitionError(f"executor {i}: pair {j} is in use ({st[i][j].value}, {st[i + 1][j].value})")
@@ -115,7 +116,8 @@ class Executor:
         """WORKING -> ACTIVE or INACTIVE. ``head`` is the next item of this executor's queue (or None)."""
         if self.state is not ExecutorState.WORKING:
             raise TransitionError(f"executor {self.stage}: finish in state {self.state.value}")
-        item, self.item = self.item, None
+        item = cast(BatchItem, self.item)  # (working: it holds an item)
+        self.item = None
         i, j = self.stage, item.slot
         st = self.buffers.state
         st[i][j] = BufferState.AVAILABLE if self.is_last else BufferState.INVALID

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 
 @dataclass(init=False)
@@ -73,4 +73,7 @@ def time_eps(now: float) -> float:
     that a deadline computed as ``seen + window`` is met by the clock that reaches it, at any magnitude."""
     if -524288.0 < now < 524288.0:  # below 2**19 ms, 16 ulp are at most 2**-30 < 1e-9 (a fast path, same value)
         return 1e-9
-    return max(1e-9, 16.0 * math.ulp(now))
+    return max(1e-9, 16.0 * _ULP(now))
+
+
+_ULP: Final = math.ulp  # (a constant to a compiled core, not looked up in math's module at each call)

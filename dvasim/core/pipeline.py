@@ -36,6 +36,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from dvasim.core.arith import int_sum
 from dvasim.core.batch_table import Batch, BatchItem, BatchTable, MetaOpError
@@ -47,8 +48,11 @@ from dvasim.core.query import UNSERVED, Query
 
 MAX_INSTANCES = 64  # the mechanism's limit on a pipeline's instances (model instances, E2bird's workers)
 
-ACTIVE, CHECKING, WORKING, INACTIVE = (ExecutorState.ACTIVE, ExecutorState.CHECKING, ExecutorState.WORKING,
-                                       ExecutorState.INACTIVE)
+# (Final: a compiled core reads them as constants, not from the module's dict)
+ACTIVE: Final = ExecutorState.ACTIVE
+CHECKING: Final = ExecutorState.CHECKING
+WORKING: Final = ExecutorState.WORKING
+INACTIVE: Final = ExecutorState.INACTIVE
 
 
 class Lane:
@@ -482,7 +486,10 @@ class Pipeline:
     def _begin(self, lane: Lane, stage: int, item: BatchItem, now: float) -> Execution:
         batch = self.table.rows[item.bid]
         queries = batch.item_queries(item)
-        seq_len = max(q.seq_len for q in queries)
+        seq_len = 0  # the longest input (a loop: the builtin max is a generic call in a compiled core)
+        for q in queries:
+            if q.seq_len > seq_len:
+                seq_len = q.seq_len
         if stage == 0 and math.isnan(batch.first_start):
             batch.first_start = now
         key = (stage, item.num, seq_len)

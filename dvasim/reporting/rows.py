@@ -4,19 +4,25 @@
 A record's fields go to a typed array each (``array.array``; the stage times ``n_stages`` values a record), so
 that buffered records are no Python objects (nothing for the garbage collector to walk) and a chunk's columns
 are copies of the arrays' memory. This runs once for every query of a run, so it is part of the optional compiled
-core (:mod:`dvasim.compiled`); it imports nothing but the standard library.
+core (:mod:`dvasim.compiled`); it imports nothing but the standard library and the query it records
+(:mod:`dvasim.core.query`, read natively by a compiled core).
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from typing import Any
+from typing import Any, Final
+
+from dvasim.core.query import Query
 
 # the ``status`` column's values; a record keeps its status as the index (an int8 code)
 STATUSES = ("ok", "rejected", "timed_out", "unfinished")
-OK, REJECTED, TIMED_OUT, UNFINISHED = range(4)
-_STATUS_CODE = {"ok": OK, "rejected": REJECTED, "timed_out": TIMED_OUT}
+OK: Final = 0
+REJECTED: Final = 1
+TIMED_OUT: Final = 2
+UNFINISHED: Final = 3
+_STATUS_CODE: Final = {"ok": OK, "rejected": REJECTED, "timed_out": TIMED_OUT}
 
 # a record's fields as they are buffered: (name, the array's type code)
 FIELDS: tuple[tuple[str, str], ...] = (
@@ -25,7 +31,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("stage_start", "d"), ("stage_finish", "d"), ("status", "b"), ("priority", "h"), ("replica", "h"))
 
 
-def status_code(q: Any) -> int:
+def status_code(q: Query) -> int:
     """Query ``q``'s record status: its refusal, else ok when it finished, else unfinished."""
     code = _STATUS_CODE[q.status]
     return UNFINISHED if code == OK and q.finish != q.finish else code  # NaN finish: never left
@@ -41,10 +47,11 @@ class Rows:
     def __len__(self) -> int:
         return len(self.arrays[0])
 
-    def add(self, queries: Any) -> None:
+    def add(self, queries: Any) -> None:  # (an iterable of Query: each read natively by a compiled core)
         """The records of ``queries`` (:class:`dvasim.core.query.Query`), in order."""
         (qid, arrival, seen, admitted, start, finish, seq_len, batch_id, exit_batch_id, exit_batch_size,
          stage_start, stage_finish, status, priority, replica) = self.arrays
+        q: Query
         for q in queries:
             st = q.stage_start
             if not st:  # never reached the front door

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Final
 
 import simpy
 
@@ -36,6 +37,9 @@ from dvasim.core.arith import left_sum
 from dvasim.core.operations import time_eps
 
 MODES = SHARING_MODES  # declared with the [engine] section (dvasim.config.sections)
+# (constants: a compiled core reads them without looking them up in simpy's modules)
+_EVENT: Final = simpy.Event
+_NORMAL: Final = simpy.events.NORMAL
 
 
 class _Job:
@@ -83,6 +87,7 @@ class Device:
         self._timer_at = math.inf  # when it fires
         self._stale = False  # jobs were started since the last plan (:meth:`start`)
         self._planning = False  # inside _reschedule (a done() callback's starts are planned by it)
+        self._timer_cb = self._on_timer  # (the bound method every timer calls, made once)
         self.busy_time = 0.0  # time with at least one execution running
 
     def run(self, work_ms: float, demand: float = 1.0) -> simpy.Event:
@@ -182,17 +187,22 @@ class Device:
             self._timer, self._timer_at = None, math.inf
             return
         # min(remaining) / r == min(remaining / r): division by one positive number keeps the order
-        nxt = (jobs[0].remaining if self._exclusive else min(j.remaining for j in jobs)) / self._r
+        least = jobs[0].remaining
+        if not self._exclusive:
+            for j in jobs:  # (the first of equal minima, as min() takes; a loop, not a generic call compiled)
+                if j.remaining < least:
+                    least = j.remaining
+        nxt = least / self._r
         env = self.env
         delay = nxt if nxt > 0.0 else 0.0
         at = env._now + delay  # where simpy puts the timeout (Environment.schedule: now + delay)
         if at == self._timer_at and self._timer is not None:
             return  # the next finish has not moved: the armed timer stands
-        timer = simpy.Event(env)  # a timeout, scheduled as env.timeout schedules one (normal priority, delay)
+        timer = _EVENT(env)  # a timeout, scheduled as env.timeout schedules one (normal priority, delay)
         timer._ok = True
         timer._value = None
-        timer.callbacks.append(self._on_timer)
-        env.schedule(timer, simpy.events.NORMAL, delay)
+        timer.callbacks.append(self._timer_cb)
+        env.schedule(timer, _NORMAL, delay)
         self._timer, self._timer_at = timer, at
 
     def _on_timer(self, timer: simpy.Event) -> None:

@@ -21,11 +21,12 @@ import math
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import simpy
 
+from dvasim.core.pipeline import Execution
 from dvasim.core.query import Query
 from dvasim.engines.sim.collector import spaced_collections
 from dvasim.engines.sim.device import Device
@@ -40,7 +41,9 @@ from dvasim.errors import OutputError
 from dvasim.progress import NoBar, progress_bar
 from dvasim.reporting.records import RecordStore
 
-_URGENT = simpy.events.URGENT  # an event due before the normal ones of its instant
+# (Final: constants to a compiled core, not looked up in simpy's modules at each use)
+_URGENT: Final = simpy.events.URGENT  # an event due before the normal ones of its instant
+_EVENT: Final = simpy.Event
 
 
 STOP_EVERY = 1 << 10  # events between two looks at the stop request (a few milliseconds of a run at most)
@@ -178,6 +181,7 @@ class Simulation:
         self.groups = None if external else _groups(self.arrivals, self.front_door_times,
                                                     after=self._through_pool if self.pool else None)
         self.due_group: Any = None  # the group of arrivals an armed timeout brings to the front door
+        self._next_arrivals_cb = self.next_arrivals  # (the bound method each group's timeout calls, made once)
         if o.host is None:
             self._build_direct_executors()
         else:
@@ -347,7 +351,7 @@ class Simulation:
             live[q.qid] = q
         if kept is not None:
             kept.extend(queries)
-        self.pipeline.arrive_many(queries, self.env.now)
+        self.pipeline.arrive_many(queries, self.env._now)
         self.poke()
 
     def poke(self, self_k: int = -1) -> None:
@@ -356,7 +360,7 @@ class Simulation:
         once the finished one's next launch sequence has started, :meth:`_host_woken`)."""
         now = self.env._now
         mailbox, n_stages, wake_later = self.mailbox, self.n_stages, self.wake_later
-        started = self.pipeline.step(now)
+        started: list[Execution] = self.pipeline.step(now)
         if started:
             others = []
             for ex in started:
@@ -385,7 +389,7 @@ class Simulation:
         door's timer are urgent: at an instant where they meet a finish, they come first (the order they had when
         a finish reached its handler through an event of its own)."""
         env = self.env
-        ev = simpy.Event(env)
+        ev = _EVENT(env)
         ev._ok = True
         ev._value = None
         ev.callbacks.append(callback)
@@ -409,14 +413,12 @@ class Simulation:
         if group is not None:
             self.due_group = None
             self._arrive(group)
-        while True:
-            group = next(groups, None)
-            if group is None:
-                return
+        for group in groups:
             t = group[0]
-            if t > env.now:
+            now = env._now
+            if t > now:
                 self.due_group = group
-                self._fire(self.next_arrivals, _URGENT, t - env.now)
+                self._fire(self._next_arrivals_cb, _URGENT, t - now)
                 return
             self._arrive(group)
 
@@ -424,7 +426,7 @@ class Simulation:
         """A group of queries reaches the front door: they are made and the pipeline decides."""
         _t, first, times = group
         lens = self.lens
-        self._see([Query(k, a, int(lens[k])) for k, a in enumerate(times, start=first)])
+        self._see([Query(first + i, a, int(lens[first + i])) for i, a in enumerate(times)])
 
     # ---------------------------------------------------------------- closed loop
     def closed_clients_send(self, n: int, delay: float):
@@ -453,7 +455,7 @@ class Simulation:
         their clients' next queries (they update the progress bar as they leave, :meth:`on_exit`)."""
         pipeline = self.pipeline
         n_before = pipeline.n_exited
-        pipeline.finish(ex, self.env.now)
+        pipeline.finish(ex, self.env._now)
         n_exited = pipeline.n_exited - n_before
         if n_exited:
             if self.closed_clients is not None:  # the answers reach the clients after any completion-thread work
@@ -499,7 +501,7 @@ class Simulation:
         self._run_on_device(k, ex)
         self.device.settle()
 
-    def _run_on_device(self, k: int, ex) -> None:
+    def _run_on_device(self, k: int, ex: Execution) -> None:
         work = ex.standalone_ms * (self._draw_jitter() if self.jittered else 1.0)
         self.device.start(work + self.extra, ex.demand, self.finished_cbs[k])
 
