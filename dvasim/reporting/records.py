@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -48,15 +49,17 @@ from dvasim.reporting.rows import (  # noqa: F401  (the status codes are re-expo
     FIELDS,
     OK,
     REJECTED,
+    STAGE_FIELDS,
     STATUSES,
     TIMED_OUT,
     UNFINISHED,
     Rows,
+    row_format,
     status_code,
 )
 
 PERCENTILES = (50, 90, 95, 99)
-_INT_COLS = ("query_id", "seq_len", "batch_id", "exit_batch_id", "exit_batch_size")
+_CODES = dict(FIELDS)  # a stored field's type code (struct's, which numpy reads the same)
 _STATUS_NAMES = np.array(STATUSES, dtype=object)
 
 
@@ -68,28 +71,39 @@ def columns(n_stages: int) -> list[str]:
             "replica"]
 
 
-def _dtype(column: str):
-    """A stored column's dtype (``status`` is stored as its int8 code and written as its name)."""
-    if column in _INT_COLS:
-        return np.int64
-    return {"status": np.int8, "priority": np.int16, "replica": np.int16}.get(column, np.float64)
+def _dtype(column: str) -> np.dtype:
+    """A stored column's dtype: its field's type code (:data:`FIELDS`), else float64 (the stage times, the offered
+    load). ``status`` is stored as its int8 code and written as its name."""
+    return np.dtype(_CODES.get(column, "d"))
+
+
+def _row_dtype(n_stages: int) -> np.dtype:
+    """A packed record (:func:`row_format`) as numpy reads it: each field at its offset, the stage times as
+    ``n_stages`` values."""
+    names, formats, offsets, offset = [], [], [], 0
+    for name, _code in FIELDS:
+        dt, width = _dtype(name), n_stages if name in STAGE_FIELDS else 1
+        names.append(name)
+        formats.append((dt, (width,)) if name in STAGE_FIELDS else dt)
+        offsets.append(offset)
+        offset += dt.itemsize * width
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets,
+                     "itemsize": struct.calcsize(row_format(n_stages))})
 
 
 def _columns(rows: Rows) -> dict[str, np.ndarray]:
-    """The buffered records as columns (the stage times as ``s{s}_start_ms`` / ``s{s}_finish_ms``): copies of the
-    buffers' memory, read as each column's dtype (:func:`_dtype`: the type its buffer was made with)."""
-    n, n_stages = len(rows), rows.n_stages
-    cols = {name: np.frombuffer(arr, dtype=_dtype(name)).copy() for (name, _), arr in zip(FIELDS, rows.arrays)}
-    starts = cols.pop("stage_start").reshape(n, n_stages)
-    finishes = cols.pop("stage_finish").reshape(n, n_stages)
-    out = {name: cols[name] for name, _ in FIELDS[:10]}
+    """The buffered records as columns (the stage times as ``s{s}_start_ms`` / ``s{s}_finish_ms``), copied out of
+    the packed rows."""
+    n_stages = rows.n_stages
+    packed = np.frombuffer(rows.buffer, dtype=_row_dtype(n_stages))
+    out = {name: packed[name].copy() for name, _ in FIELDS[:10]}
+    starts, finishes = packed["stage_start"], packed["stage_finish"]
     for s in range(n_stages):
-        out[f"s{s}_start_ms"] = starts[:, s]
-        out[f"s{s}_finish_ms"] = finishes[:, s]
+        out[f"s{s}_start_ms"] = starts[:, s].copy()
+        out[f"s{s}_finish_ms"] = finishes[:, s].copy()
     for name in ("status", "priority", "replica"):
-        out[name] = cols[name]
+        out[name] = packed[name].copy()
     return out
-
 
 class RecordStore:
     """Columnar records of ``n`` queries (ids ``0..n-1``) through ``n_stages`` stages."""

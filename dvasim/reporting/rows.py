@@ -1,17 +1,20 @@
-"""Query records as they leave, buffered field by field until they become columns
+"""Query records as they leave, buffered as packed rows until they become columns
 (:class:`dvasim.reporting.records.RecordStore`), and the record's status codes.
 
-A record's fields go to a typed array each (``array.array``; the stage times ``n_stages`` values a record), so
-that buffered records are no Python objects (nothing for the garbage collector to walk) and a chunk's columns
-are copies of the arrays' memory. This runs once for every query of a run, so it is part of the optional compiled
-core (:mod:`dvasim.compiled`); it imports nothing but the standard library and the query it records
+A record is one row of fixed size packed with :mod:`struct` (:func:`row_format`: each field of :data:`FIELDS` in
+an 8-byte slot, the stage times ``n_stages`` slots each, the three small codes sharing the last slot) and
+appended to one ``bytearray``: buffered records are no Python objects (nothing for the garbage collector to walk),
+and a chunk's columns are read from the rows' memory (:func:`dvasim.reporting.records._columns`). One ``pack`` a
+record, not a call per field: appending to typed arrays field by field parsed each value in a generic call and
+made recording a sixth of a compiled run. This runs once for every query of a run, so it is part of the optional
+compiled core (:mod:`dvasim.compiled`); it imports nothing but the standard library and the query it records
 (:mod:`dvasim.core.query`, read natively by a compiled core).
 """
 
 from __future__ import annotations
 
 import math
-from array import array
+import struct
 from typing import Any, Final
 
 from dvasim.core.query import Query
@@ -24,11 +27,20 @@ TIMED_OUT: Final = 2
 UNFINISHED: Final = 3
 _STATUS_CODE: Final = {"ok": OK, "rejected": REJECTED, "timed_out": TIMED_OUT}
 
-# a record's fields as they are buffered: (name, the array's type code)
+# a record's fields in the order packed: (name, struct's type code). ``d`` and ``q`` take an 8-byte slot each
+# (the stage times n_stages slots); the last three share one slot (an int8 and two int16, then padding)
 FIELDS: tuple[tuple[str, str], ...] = (
     ("query_id", "q"), ("arrival_ms", "d"), ("seen_ms", "d"), ("admitted_ms", "d"), ("start_ms", "d"),
     ("finish_ms", "d"), ("seq_len", "q"), ("batch_id", "q"), ("exit_batch_id", "q"), ("exit_batch_size", "q"),
     ("stage_start", "d"), ("stage_finish", "d"), ("status", "b"), ("priority", "h"), ("replica", "h"))
+STAGE_FIELDS = ("stage_start", "stage_finish")
+
+
+def row_format(n_stages: int) -> str:
+    """The struct format of a record of ``n_stages`` stages: native byte order, standard sizes, no alignment, a
+    whole number of 8-byte slots (every field of 8 bytes at a multiple of 8)."""
+    codes = "".join(f"{n_stages}{code}" if name in STAGE_FIELDS else code for name, code in FIELDS)
+    return "=" + codes + "xxx"
 
 
 def status_code(q: Query) -> int:
@@ -38,48 +50,36 @@ def status_code(q: Query) -> int:
 
 
 class Rows:
-    """Records buffered field by field (:data:`FIELDS`: ``arrays[k]`` holds field ``k``), in the order added."""
+    """Records buffered as packed rows (:func:`row_format`) in ``buffer``, in the order added."""
 
     def __init__(self, n_stages: int) -> None:
         self.n_stages = n_stages
-        self.arrays: list[Any] = [array(code) for _, code in FIELDS]
+        self.buffer = bytearray()
+        self.n = 0
+        layout = struct.Struct(row_format(n_stages))
+        self.row_size = layout.size
+        self._pack = layout.pack
 
     def __len__(self) -> int:
-        return len(self.arrays[0])
+        return self.n
 
     def add(self, queries: Any) -> None:  # (an iterable of Query: each read natively by a compiled core)
         """The records of ``queries`` (:class:`dvasim.core.query.Query`), in order."""
-        (qid, arrival, seen, admitted, start, finish, seq_len, batch_id, exit_batch_id, exit_batch_size,
-         stage_start, stage_finish, status, priority, replica) = self.arrays
+        buffer, pack = self.buffer, self._pack
         q: Query
         for q in queries:
             st = q.stage_start
             if not st:  # never reached the front door
                 self.add_blank(q.qid, q.arrival, q.seq_len)
                 continue
-            qid.append(q.qid)
-            arrival.append(q.arrival)
-            seen.append(q.seen)
-            admitted.append(q.admitted)
-            start.append(st[0])
-            finish.append(q.finish)
-            seq_len.append(q.seq_len)
-            batch_id.append(q.batch_id)
-            exit_batch_id.append(q.exit_batch_id)
-            exit_batch_size.append(q.exit_batch_size)
-            stage_start.extend(st)
-            stage_finish.extend(q.stage_finish)
-            status.append(status_code(q))
-            priority.append(q.priority)
-            replica.append(q.replica)
+            buffer += pack(q.qid, q.arrival, q.seen, q.admitted, st[0], q.finish, q.seq_len, q.batch_id,
+                           q.exit_batch_id, q.exit_batch_size, *st, *q.stage_finish, status_code(q), q.priority,
+                           q.replica)
+            self.n += 1
 
     def add_blank(self, qid: int, arrival: float, seq_len: int) -> None:
         """The record of a query that never reached the front door."""
         nan = math.nan
-        stages = [nan] * self.n_stages
-        values = (qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0, stages, stages, UNFINISHED, 0, 0)
-        for k, v in enumerate(values):
-            if k in (10, 11):
-                self.arrays[k].extend(v)
-            else:
-                self.arrays[k].append(v)
+        stages = [nan] * (2 * self.n_stages)
+        self.buffer += self._pack(qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0, *stages, UNFINISHED, 0, 0)
+        self.n += 1
