@@ -20,6 +20,7 @@ Triton's whole batcher, users').
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from dvasim.core.compiling import mypyc_attr
 from dvasim.errors import ConfigError
@@ -41,7 +42,9 @@ class TritonDynamicBatcher(FrontDoorPolicy):
         "preferred_batch_size": "batch sizes that leave at once when they can be formed (int or list)",
         "max_queue_delay_ms": "how long the oldest request may wait for a larger batch",
     }
-    default_delay_ms = 0.0
+    # (ClassVar: a subclass's own value is read, compiled too; a plain class attribute would become an instance
+    # attribute of the compiled class, its default the base's)
+    default_delay_ms: ClassVar[float] = 0.0
 
     def __init__(self, max_batch_size=64, preferred_batch_size=None, max_queue_delay_ms=None):
         super().__init__()
@@ -116,7 +119,7 @@ class DelayBatch(TritonDynamicBatcher):
     """Triton's dynamic batcher with a batch window (``max_queue_delay_ms > 0``; default 5 ms)."""
 
     name = "delaybatch"
-    default_delay_ms = 5.0
+    default_delay_ms: ClassVar[float] = 5.0
 
 
 register(ZeroBatch)  # (after the classes: a compiled class takes no other decorator)
