@@ -46,6 +46,9 @@ class _Job:
     __slots__ = ("remaining", "demand", "event", "done", "work", "tol")
 
     def __init__(self, work: float, demand: float, event: simpy.Event | None, done: Callable[[], None] | None):
+        self.set(work, demand, event, done)
+
+    def set(self, work: float, demand: float, event: simpy.Event | None, done: Callable[[], None] | None) -> None:
         self.work = work
         self.remaining = work
         self.demand = demand
@@ -81,8 +84,12 @@ class Device:
             raise ValueError("corun_per_worker must be >= 0")
         self.per_worker = corun_per_worker  # a co-run penalty growing with the executions running at once
         self.jobs: list[_Job] = []
+        self._spare: list[_Job] = []  # finished jobs' records, set again by the next starts (none allocated then)
         self._last = 0.0
         self._r = 1.0  # the rate of the running executions (see _rate), kept as the set of jobs changes
+        # the running jobs' demands added left to right (arith.left_sum's rounding): a start adds its own, a finish
+        # adds the others' again
+        self._demand = 0.0
         self._timer: simpy.Event | None = None  # the armed timer of the next finish (earlier ones are superseded)
         self._timer_at = math.inf  # when it fires
         self._stale = False  # jobs were started since the last plan (:meth:`start`)
@@ -92,8 +99,8 @@ class Device:
 
     def run(self, work_ms: float, demand: float = 1.0) -> simpy.Event:
         """Start an execution of standalone length ``work_ms``; the event fires when it is done."""
-        ev = simpy.Event(self.env)
-        self._add(_Job(float(work_ms), min(1.0, max(float(demand), 1e-12)), ev, None))
+        ev = _EVENT(self.env)
+        self._add(self._job(float(work_ms), min(1.0, max(float(demand), 1e-12)), ev, None))
         self._reschedule()
         return ev
 
@@ -101,8 +108,16 @@ class Device:
         """Start an execution of standalone length ``work_ms``; ``done()`` is called when it is done. Planned at
         the next :meth:`settle` (or by the finish being handled, when started from a ``done()``)."""
         d = float(demand)
-        self._add(_Job(float(work_ms), 1.0 if d >= 1.0 else d if d > 1e-12 else 1e-12, None, done))
+        self._add(self._job(float(work_ms), 1.0 if d >= 1.0 else d if d > 1e-12 else 1e-12, None, done))
         self._stale = True
+
+    def _job(self, work: float, demand: float, event: simpy.Event | None, done: Callable[[], None] | None) -> _Job:
+        spare = self._spare
+        if not spare:
+            return _Job(work, demand, event, done)
+        job = spare.pop()
+        job.set(work, demand, event, done)
+        return job
 
     def settle(self) -> None:
         """Plan the executions started since the last plan: finish those already done, arm the next timer."""
@@ -112,6 +127,7 @@ class Device:
     def _add(self, job: _Job) -> None:
         self._advance()
         self.jobs.append(job)
+        self._demand += job.demand  # (the sum over the jobs before it, plus its own: the same left-to-right sum)
         self._r = self._rate()
 
     # ------------------------------------------------------------------
@@ -129,7 +145,7 @@ class Device:
             return 1.0 / slow
         if mode == "cores":
             return min(1.0, self.cores / n) / slow
-        total = left_sum(j.demand for j in jobs)
+        total = self._demand
         return (1.0 if total <= 1.0 + 1e-12 else 1.0 / total) / slow
 
     def _advance(self) -> None:
@@ -173,12 +189,15 @@ class Device:
                 if not done:
                     break
                 self.jobs = [j for j in jobs if j not in done] if len(done) < len(jobs) else []
+                self._demand = left_sum([j.demand for j in self.jobs])
                 self._r = self._rate()
                 for j in done:
                     if j.done is None:
                         j.event.succeed()
                     else:
                         j.done()  # may start executions: the loop plans them
+                    j.event = j.done = None
+                    self._spare.append(j)
         finally:
             self._planning = False
         self._stale = False
