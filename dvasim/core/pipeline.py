@@ -186,6 +186,11 @@ class Pipeline:
         # a policy that never decides at a stage boundary is not asked there (its answer is always None)
         self._boundary_policy = getattr(policy, "decides_at_boundary", True)
         policy.bind(self)
+        # the policy's front-door questions, asked at every step (bound once: a compiled core calls them directly,
+        # not through a method lookup each time)
+        self._has_pending: Callable[[], bool] = policy.has_pending
+        self._admit: Callable[[float], list] = policy.admit
+        self._next_wakeup: Callable[[float], float] = policy.next_wakeup
 
     # ------------------------------------------------------------------ PipelineView
     def now(self) -> float:
@@ -267,15 +272,14 @@ class Pipeline:
             self.exit_hook(queries)
 
     def wakeup_time(self) -> float:
-        policy = self.policy
-        return policy.next_wakeup(self._now) if policy.has_pending() else math.inf
+        return self._next_wakeup(self._now) if self._has_pending() else math.inf
 
     def step(self, now: float) -> list[Execution]:
         """Form batches at the front door (the policy is asked only while it has queries waiting) and let the
         executors move until none can: returns the executions that start now, in the order they started."""
         self._now = now
-        if self.policy.has_pending():
-            for op in self.policy.admit(now):
+        if self._has_pending():
+            for op in self._admit(now):
                 self._apply_front(op, now)
         started: list[Execution] = []
         for lane in self.lanes:

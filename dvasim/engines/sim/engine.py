@@ -67,8 +67,9 @@ def _run_watched(env: simpy.Environment, pipeline: Any, limit: int,  # what has 
                     raise StopRequested(why)
                 look = STOP_EVERY
             step()
-            if env._now != t_prev:
-                t_prev, same = env._now, 0
+            now = env._now
+            if now != t_prev:
+                t_prev, same = now, 0
                 continue
             same += 1
             if same > limit:
@@ -174,8 +175,8 @@ class Simulation:
         self.progress, self.until_ms, self.fail_soft = o.progress, o.until_ms, o.fail_soft
         self.watchdog_events, self.stop = o.watchdog_events, o.stop
         self.bar: Any = None  # the progress bar, while running with ``progress``
-        self.n_stages = pipeline.n_stages
-        self.n_exec = self.n_stages * pipeline.instances  # one executor of every stage of every instance
+        self.n_stages: int = pipeline.n_stages
+        self.n_exec: int = self.n_stages * pipeline.instances  # one executor of every stage of every instance
         self.mailbox: list = [None] * self.n_exec
         self.timer_at = math.inf  # when the front door's armed timer fires (inf: none armed)
         self.groups = None if external else _groups(self.arrivals, self.front_door_times,
@@ -372,7 +373,7 @@ class Simulation:
                     self._start(k)
             for k in others:
                 wake_later(k)
-        t = self.pipeline.wakeup_time()
+        t: float = self.pipeline.wakeup_time()
         if now < t < self.timer_at:
             self.timer_at = t
             # armed by an urgent event of its own at this instant (as a process starting would be): after what this
