@@ -90,6 +90,10 @@ class Device:
         # the running jobs' demands added left to right (arith.left_sum's rounding): a start adds its own, a finish
         # adds the others' again
         self._demand = 0.0
+        # a running job with the least remaining work (None: not known, found again at the next plan). All jobs
+        # progress at one rate, and rounding is monotonic, so it stays least until it finishes: a start compares
+        # itself with it and no plan searches the others again unless a job finished (exclusive mode: the first)
+        self._least: _Job | None = None
         self._timer: simpy.Event | None = None  # the armed timer of the next finish (earlier ones are superseded)
         self._timer_at = math.inf  # when it fires
         self._stale = False  # jobs were started since the last plan (:meth:`start`)
@@ -126,6 +130,11 @@ class Device:
 
     def _add(self, job: _Job) -> None:
         self._advance()
+        least = self._least
+        if not self.jobs:
+            self._least = job
+        elif least is not None and job.remaining < least.remaining:
+            self._least = job
         self.jobs.append(job)
         self._demand += job.demand  # (the sum over the jobs before it, plus its own: the same left-to-right sum)
         self._r = self._rate()
@@ -189,6 +198,7 @@ class Device:
                 if not done:
                     break
                 self.jobs = [j for j in jobs if j not in done] if len(done) < len(jobs) else []
+                self._least = None
                 self._demand = left_sum([j.demand for j in self.jobs])
                 self._r = self._rate()
                 for j in done:
@@ -206,11 +216,17 @@ class Device:
             self._timer, self._timer_at = None, math.inf
             return
         # min(remaining) / r == min(remaining / r): division by one positive number keeps the order
-        least = jobs[0].remaining
-        if not self._exclusive:
-            for j in jobs:  # (the first of equal minima, as min() takes; a loop, not a generic call compiled)
-                if j.remaining < least:
-                    least = j.remaining
+        if self._exclusive:
+            least = jobs[0].remaining
+        else:
+            first = self._least
+            if first is None:  # a job finished since the last plan: search the running ones
+                first = jobs[0]
+                for j in jobs:
+                    if j.remaining < first.remaining:
+                        first = j
+                self._least = first
+            least = first.remaining
         nxt = least / self._r
         env = self.env
         delay = nxt if nxt > 0.0 else 0.0
@@ -234,4 +250,5 @@ class Device:
         for j in self.jobs[:1] if self._exclusive else self.jobs:
             if j.remaining / r <= max(j.tol, te):
                 j.remaining = 0.0
+                self._least = None  # (finishes at once: the plan after it searches again)
         self._reschedule()
