@@ -105,6 +105,7 @@ def _columns(rows: Rows) -> dict[str, np.ndarray]:
         out[name] = packed[name].copy()
     return out
 
+
 class RecordStore:
     """Columnar records of ``n`` queries (ids ``0..n-1``) through ``n_stages`` stages."""
 

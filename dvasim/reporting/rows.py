@@ -56,9 +56,7 @@ class Rows:
         self.n_stages = n_stages
         self.buffer = bytearray()
         self.n = 0
-        layout = struct.Struct(row_format(n_stages))
-        self.row_size = layout.size
-        self._pack = layout.pack
+        self._pack = struct.Struct(row_format(n_stages)).pack
 
     def __len__(self) -> int:
         return self.n
