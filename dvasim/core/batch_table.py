@@ -107,8 +107,7 @@ class BatchItem:
 
 @dataclass(slots=True, init=False)
 class Completion:
-    """What :meth:`BatchTable.complete` reports about a finished stage execution: one record per table, written
-    again by each :meth:`~BatchTable.complete` (read it before the next; no allocation per execution)."""
+    """What :meth:`BatchTable.complete` reports about a finished stage execution."""
 
     batch: Batch
     exited: list[Query]  # queries that left the pipeline (last stage only)
@@ -139,7 +138,6 @@ class BatchTable:
         self._t_last = math.nan
         self._t_first = math.nan
         self._active = 0  # queries in the table that have not left the last stage (kept as operations happen)
-        self._completion: Completion | None = None  # the one record complete() reports in
 
     def _tick(self, now: float) -> None:
         """Accumulate the rows' time-integral up to ``now`` (call before the row count changes)."""
@@ -303,16 +301,8 @@ class BatchTable:
                 del self.rows[b.bid]
                 if self.latest_id == b.bid:
                     self.latest_id = None
-            return self._report(b, exited, False)
-        return self._report(b, [], done == bs and b.issued[stage + 1] < bs)
-
-    def _report(self, batch: Batch, exited: list[Query], ready: bool) -> Completion:
-        c = self._completion
-        if c is None:
-            c = self._completion = Completion(batch, exited, ready)
-        else:
-            c.batch, c.exited, c.ready = batch, exited, ready
-        return c
+            return Completion(b, exited, False)
+        return Completion(b, [], done == bs and b.issued[stage + 1] < bs)
 
     def advance(self, bid: int, stage: int) -> BatchItem:
         """Hand the queries of a ready batch that have completed ``stage`` on to stage ``stage+1``."""
