@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
+from typing import Any
 
 
-def left_sum(xs: Iterable[float]) -> float:
+def left_sum(xs: Iterable[Any]) -> float:  # (terms Any: compiled, numpy's numbers are added as the pure core adds them)
     """``x0 + x1 + ... + xn`` added left to right in plain double arithmetic (0.0 for no terms): the rounding
     ``sum()`` had up to Python 3.11, on every Python version. ``left_sum([1e16, 1.0, -1e16]) == 0.0`` (3.12's
     compensated ``sum()`` gives 1.0)."""
@@ -30,7 +31,7 @@ def left_sum(xs: Iterable[float]) -> float:
     return total
 
 
-def int_sum(xs: Iterable[int]) -> int:
+def int_sum(xs: Iterable[Any]) -> int:  # (terms Any: compiled, numpy's integers reach operator.index)
     """The exact sum of integers (counts, sizes); any non-integer term raises ``TypeError``."""
     total = 0
     index = operator.index
