@@ -257,3 +257,37 @@ def test_left_out_queries_are_neither_recorded_nor_measured(tmp_path):
         assert s["qos_violation_rate"] == pytest.approx(1 / 6)  # query 5 only; 6..9 are no violations
         assert list(store.frame()["query_id"]) == list(range(6))
         assert len(store.latency_sample(100)) == 6
+
+
+def test_packed_rows_give_back_every_field_exactly():
+    """A record packed into a row (dvasim.reporting.rows) reads back field by field: extreme and special values of
+    every type (NaN, -0.0, the largest int64 and int16, -1 ids), a query that never reached the front door, and a
+    value its column cannot hold refused rather than wrapped."""
+    from dvasim.reporting.records import _columns
+    from dvasim.reporting.rows import UNFINISHED, Rows, row_format
+
+    n_stages = 3
+    assert struct.calcsize(row_format(n_stages)) % 8 == 0  # whole 8-byte slots: every 8-byte field aligned
+    q = Query(2**63 - 1, -0.0, 7)
+    q.seen, q.admitted, q.finish = 1e-300, math.inf, 5.5
+    q.stage_start, q.stage_finish = [0.5, math.nan, 2.5], [1.5, 2.0, 5.5]
+    q.batch_id, q.exit_batch_id, q.exit_batch_size, q.priority, q.replica = -1, 2**40, 64, 32767, -32768
+    rows = Rows(n_stages)
+    rows.add([q])
+    rows.add_blank(9, 3.25, 128)
+    cols = _columns(rows)
+    assert len(rows) == 2 and {len(v) for v in cols.values()} == {2}
+    assert cols["query_id"].tolist() == [2**63 - 1, 9] and cols["seq_len"].tolist() == [7, 128]
+    assert math.copysign(1.0, cols["arrival_ms"][0]) == -1.0 and cols["arrival_ms"][1] == 3.25
+    assert cols["seen_ms"][0] == 1e-300 and cols["admitted_ms"][0] == math.inf and cols["start_ms"][0] == 0.5
+    assert [cols[f"s{s}_start_ms"][0] for s in (0, 2)] == [0.5, 2.5] and math.isnan(cols["s1_start_ms"][0])
+    assert [cols[f"s{s}_finish_ms"][0] for s in range(3)] == [1.5, 2.0, 5.5]
+    assert cols["batch_id"].tolist() == [-1, -1] and cols["exit_batch_id"].tolist() == [2**40, -1]
+    assert cols["exit_batch_size"].tolist() == [64, 0]
+    assert cols["priority"].tolist() == [32767, 0] and cols["replica"].tolist() == [-32768, 0]
+    assert cols["status"].tolist() == [0, UNFINISHED] and all(math.isnan(cols[c][1]) for c in ("seen_ms", "finish_ms"))
+    assert (cols["priority"].dtype, cols["status"].dtype, cols["query_id"].dtype) == (np.int16, np.int8, np.int64)
+    q.priority = 32768
+    with pytest.raises(struct.error):
+        rows.add([q])
+    assert len(rows) == 2  # nothing half-written
