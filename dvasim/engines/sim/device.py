@@ -40,17 +40,21 @@ MODES = SHARING_MODES  # declared with the [engine] section (dvasim.config.secti
 # (constants: a compiled core reads them without looking them up in simpy's modules)
 _EVENT: Final = simpy.Event
 _NORMAL: Final = simpy.events.NORMAL
+# the work clock is set back to 0 once past this (ms of work): a job's work left is read from it to the precision of
+# a number this size (2**-32 ms), well below a job's tolerance (1e-9 of its work, at least 1e-9 ms)
+_CLOCK_LIMIT: Final = 2.0**20
 
 
 class _Job:
-    __slots__ = ("remaining", "demand", "event", "done", "work", "tol")
+    __slots__ = ("remaining", "end", "demand", "event", "done", "work", "tol")
 
     def __init__(self, work: float, demand: float, event: simpy.Event | None, done: Callable[[], None] | None):
         self.set(work, demand, event, done)
 
     def set(self, work: float, demand: float, event: simpy.Event | None, done: Callable[[], None] | None) -> None:
         self.work = work
-        self.remaining = work
+        self.remaining = work  # exclusive mode: the work it has left (only the first job progresses)
+        self.end = 0.0  # the other modes: the work clock's reading when it is done (Device._clock)
         self.demand = demand
         self.event = event  # what finishing succeeds (:meth:`Device.run`), or None
         self.done = done  # what finishing calls (:meth:`Device.start`), or None
@@ -63,7 +67,14 @@ class Device:
     Two ways in: :meth:`run` returns an event that fires when the execution is done (a process waits for it),
     and re-plans at once; :meth:`start` calls ``done()`` when it is done (the engine's callbacks: no event between
     the finish and its handler) and re-plans only at :meth:`settle`, so that a handler starting several executions
-    arms one timer. The timer is re-armed only when the next finish moves (a superseded one fires as a no-op)."""
+    arms one timer. The timer is re-armed only when the next finish moves (a superseded one fires as a no-op).
+
+    Every mode but ``exclusive`` runs all its executions at one rate, so one *work clock* (the work each has done
+    at that rate since it started) stands for all of them: an execution started at clock ``c`` with work ``w`` is
+    done when the clock reaches ``c + w``. A start or finish changes the rate, and with it only how fast the clock
+    moves: no execution is re-planned. A start costs the same whatever the number running (it compares itself with
+    the execution that finishes first); only a finish looks at every running execution (which are done, the next
+    to finish, their total demand). ``exclusive`` runs only the first: it alone has its work counted down."""
 
     def __init__(self, env: simpy.Environment, mode: str = "fluid", corun_slowdown: float = 1.0, cores: float = 2,
                  corun_per_worker: float = 0.0):
@@ -90,9 +101,14 @@ class Device:
         # the running jobs' demands added left to right (arith.left_sum's rounding): a start adds its own, a finish
         # adds the others' again
         self._demand = 0.0
-        # a running job with the least remaining work (None: not known, found again at the next plan). All jobs
-        # progress at one rate, and rounding is monotonic, so it stays least until it finishes: a start compares
-        # itself with it and no plan searches the others again unless a job finished (exclusive mode: the first)
+        self._tol = 0.0  # the largest tolerance of a running job (see _finished_jobs)
+        # every mode but exclusive runs all jobs at one rate: a job has done the work the clock shows since it
+        # started, and has end - clock left. A start or finish changes the rate, which moves the clock on at the
+        # new pace: no job is re-planned (a job's end stays where it is)
+        self._clock = 0.0
+        # a running job with the least work left (None: not known, found again at the next plan): it stays least
+        # until it finishes (all progress at one rate), so a start compares itself with it and only a finish makes
+        # a plan search the others (exclusive mode: the first is the one that progresses)
         self._least: _Job | None = None
         self._timer: simpy.Event | None = None  # the armed timer of the next finish (earlier ones are superseded)
         self._timer_at = math.inf  # when it fires
@@ -132,11 +148,15 @@ class Device:
         self._advance()
         least = self._least
         if not self.jobs:
+            self._clock = 0.0  # (idle: the clock starts again from 0)
             self._least = job
-        elif least is not None and job.remaining < least.remaining:
+        job.end = self._clock + job.work
+        if least is not None and self.jobs and self._left(job) < self._left(least):
             self._least = job
         self.jobs.append(job)
         self._demand += job.demand  # (the sum over the jobs before it, plus its own: the same left-to-right sum)
+        if job.tol > self._tol:
+            self._tol = job.tol
         self._r = self._rate()
 
     # ------------------------------------------------------------------
@@ -166,8 +186,12 @@ class Device:
             if self._exclusive:
                 jobs[0].remaining -= step  # the others run at rate 0
             else:
-                for job in jobs:
-                    job.remaining -= step
+                clock = self._clock + step
+                if clock > _CLOCK_LIMIT:  # set back to 0 (exact: end and clock are within a factor 2 of each other)
+                    for job in jobs:
+                        job.end -= clock
+                    clock = 0.0
+                self._clock = clock
             self.busy_time += dt
         self._last = now
 
@@ -179,11 +203,14 @@ class Device:
             first = jobs[0]
             done = [first] if first.remaining <= max(first.tol, r * te) else []
             return done + [j for j in jobs[1:] if j.remaining <= j.tol]
-        rte = r * te
+        rte, clock = r * te, self._clock
+        least = self._least
+        if least is not None and least.end - clock > (self._tol if self._tol > rte else rte):
+            return []  # the least left is beyond every job's tolerance: none is done (no search)
         if len(jobs) == 1:
             j = jobs[0]
-            return [j] if j.remaining <= (j.tol if j.tol > rte else rte) else []
-        return [j for j in jobs if j.remaining <= max(j.tol, rte)]
+            return [j] if j.end - clock <= (j.tol if j.tol > rte else rte) else []
+        return [j for j in jobs if j.end - clock <= max(j.tol, rte)]
 
     def _reschedule(self) -> None:
         # finish every job that is done (to rounding), then arm a timer for the next finish (unless armed there)
@@ -200,6 +227,7 @@ class Device:
                 self.jobs = [j for j in jobs if j not in done] if len(done) < len(jobs) else []
                 self._least = None
                 self._demand = left_sum([j.demand for j in self.jobs])
+                self._tol = max([j.tol for j in self.jobs], default=0.0)
                 self._r = self._rate()
                 for j in done:
                     if j.done is None:
@@ -223,10 +251,10 @@ class Device:
             if first is None:  # a job finished since the last plan: search the running ones
                 first = jobs[0]
                 for j in jobs:
-                    if j.remaining < first.remaining:
+                    if j.end < first.end:
                         first = j
                 self._least = first
-            least = first.remaining
+            least = first.end - self._clock
         nxt = least / self._r
         env = self.env
         delay = nxt if nxt > 0.0 else 0.0
@@ -240,6 +268,10 @@ class Device:
         env.schedule(timer, _NORMAL, delay)
         self._timer, self._timer_at = timer, at
 
+    def _left(self, job: _Job) -> float:
+        """The work ``job`` has left."""
+        return job.remaining if self._exclusive else job.end - self._clock
+
     def _on_timer(self, timer: simpy.Event) -> None:
         if timer is not self._timer:
             return  # superseded by a later start or finish
@@ -248,7 +280,7 @@ class Device:
         te = time_eps(self.env._now)
         r = self._r
         for j in self.jobs[:1] if self._exclusive else self.jobs:
-            if j.remaining / r <= max(j.tol, te):
-                j.remaining = 0.0
+            if self._left(j) / r <= max(j.tol, te):
+                j.remaining, j.end = 0.0, self._clock
                 self._least = None  # (finishes at once: the plan after it searches again)
         self._reschedule()
