@@ -33,7 +33,6 @@ from typing import Final
 import simpy
 
 from dvasim.config.sections import SHARING_MODES
-from dvasim.core.arith import left_sum
 from dvasim.core.operations import time_eps
 
 MODES = SHARING_MODES  # declared with the [engine] section (dvasim.config.sections)
@@ -151,7 +150,8 @@ class Device:
             self._clock = 0.0  # (idle: the clock starts again from 0)
             self._least = job
         job.end = self._clock + job.work
-        if least is not None and self.jobs and self._left(job) < self._left(least):
+        if least is not None and self.jobs and (job.remaining < least.remaining if self._exclusive
+                                                 else job.end < least.end):
             self._least = job
         self.jobs.append(job)
         self._demand += job.demand  # (the sum over the jobs before it, plus its own: the same left-to-right sum)
@@ -226,8 +226,7 @@ class Device:
                     break
                 self.jobs = [j for j in jobs if j not in done] if len(done) < len(jobs) else []
                 self._least = None
-                self._demand = left_sum([j.demand for j in self.jobs])
-                self._tol = max([j.tol for j in self.jobs], default=0.0)
+                self._sum_running()
                 self._r = self._rate()
                 for j in done:
                     if j.done is None:
@@ -268,9 +267,15 @@ class Device:
         env.schedule(timer, _NORMAL, delay)
         self._timer, self._timer_at = timer, at
 
-    def _left(self, job: _Job) -> float:
-        """The work ``job`` has left."""
-        return job.remaining if self._exclusive else job.end - self._clock
+    def _sum_running(self) -> None:
+        """After a finish: the running jobs' total demand (added left to right, arith.left_sum's rounding) and
+        their largest tolerance, in one loop."""
+        total, tol = 0.0, 0.0
+        for j in self.jobs:
+            total += j.demand
+            if j.tol > tol:
+                tol = j.tol
+        self._demand, self._tol = total, tol
 
     def _on_timer(self, timer: simpy.Event) -> None:
         if timer is not self._timer:
@@ -279,8 +284,9 @@ class Device:
         self._advance()
         te = time_eps(self.env._now)
         r = self._r
-        for j in self.jobs[:1] if self._exclusive else self.jobs:
-            if self._left(j) / r <= max(j.tol, te):
+        exclusive, clock = self._exclusive, self._clock
+        for j in self.jobs[:1] if exclusive else self.jobs:
+            if (j.remaining if exclusive else j.end - clock) / r <= max(j.tol, te):
                 j.remaining, j.end = 0.0, self._clock
                 self._least = None  # (finishes at once: the plan after it searches again)
         self._reschedule()
