@@ -22,7 +22,7 @@ import importlib
 # dvasim.core.compiling): the other policies, users' and tests' subclass them; a class attribute a subclass sets is
 # declared ClassVar (else mypyc makes it an instance attribute with the base's value). A compiled module reads
 # natively only what its annotations type: a module-level constant is Final (else it is looked up in the module's
-# dict at each use), a builtin over a generator (max, min) is a loop. A dataclass here writes its __init__ out: the
+# dict at each use), a builtin over a generator (max, min) is a loop (a generic call, with default= too). A dataclass here writes its __init__ out: the
 # one dataclass generates is interpreted code even in a compiled module
 COMPILED_MODULES: tuple[str, ...] = (
     "dvasim.core.arith",
