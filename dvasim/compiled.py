@@ -13,8 +13,8 @@ import importlib
 
 # the modules mypyc compiles: the mechanism's hot paths (the pipeline's control plane, the batch table, executors
 # and buffer pairs it calls on every stage execution), the query records they all read and write, the meta
-# operations the policies answer with and the clock tolerance, the version-independent sums (arith: the device and
-# the DVABatch policy add with them on every finish), the device-sharing model, the SimPy engine, the records'
+# operations the policies answer with and the clock tolerance, the version-independent sums (arith: the DVABatch
+# policy adds with them at every decision), the device-sharing model, the SimPy engine, the records'
 # packed rows, and the DVABatch policy, Triton's dynamic batcher (ZeroBatch, DelayBatch) and the policies' base
 # classes, each measured to pay. Left pure: the engine's result and errors (dvasim.engines.sim.result).
 #
@@ -22,8 +22,9 @@ import importlib
 # dvasim.core.compiling): the other policies, users' and tests' subclass them; a class attribute a subclass sets is
 # declared ClassVar (else mypyc makes it an instance attribute with the base's value). A compiled module reads
 # natively only what its annotations type: a module-level constant is Final (else it is looked up in the module's
-# dict at each use), a builtin over a generator (max, min) is a loop (a generic call, with default= too). A dataclass here writes its __init__ out: the
-# one dataclass generates is interpreted code even in a compiled module
+# dict at each use), and a builtin over a generator or with keywords (max, min) is a loop (else it is a generic
+# call). A dataclass here writes its __init__ out: the one dataclass generates is interpreted code even in a
+# compiled module
 COMPILED_MODULES: tuple[str, ...] = (
     "dvasim.core.arith",
     "dvasim.core.query",
