@@ -13,8 +13,9 @@ import importlib
 
 # the modules mypyc compiles: the mechanism's hot paths (the pipeline's control plane, the batch table, executors
 # and buffer pairs it calls on every stage execution), the query records they all read and write, the meta
-# operations the policies answer with and the clock tolerance, the version-independent sums (arith: the DVABatch
-# policy adds with them at every decision), the device-sharing model, the SimPy engine, the records'
+# operations the policies answer with and the clock tolerance, the version-independent sums (arith: the device adds
+# with them after every finish, the DVABatch policy at every decision), the device-sharing model, the SimPy engine,
+# the records'
 # packed rows, and the DVABatch policy, Triton's dynamic batcher (ZeroBatch, DelayBatch) and the policies' base
 # classes, each measured to pay. Left pure: the engine's result and errors (dvasim.engines.sim.result).
 #

@@ -33,6 +33,7 @@ from typing import Final
 import simpy
 
 from dvasim.config.sections import SHARING_MODES
+from dvasim.core.arith import left_sum
 from dvasim.core.operations import time_eps
 
 MODES = SHARING_MODES  # declared with the [engine] section (dvasim.config.sections)
@@ -101,13 +102,9 @@ class Device:
         # adds the others' again
         self._demand = 0.0
         self._tol = 0.0  # the largest tolerance of a running job (see _finished_jobs)
-        # every mode but exclusive runs all jobs at one rate: a job has done the work the clock shows since it
-        # started, and has end - clock left. A start or finish changes the rate, which moves the clock on at the
-        # new pace: no job is re-planned (a job's end stays where it is)
-        self._clock = 0.0
-        # a running job with the least work left (None: not known, found again at the next plan): it stays least
-        # until it finishes (all progress at one rate), so a start compares itself with it and only a finish makes
-        # a plan search the others (exclusive mode: the first is the one that progresses)
+        self._clock = 0.0  # the work clock (see the class; not used in exclusive mode)
+        # the running job that finishes first (None: not known, searched at the next plan; not used in exclusive
+        # mode, where the first job is the one that progresses)
         self._least: _Job | None = None
         self._timer: simpy.Event | None = None  # the armed timer of the next finish (earlier ones are superseded)
         self._timer_at = math.inf  # when it fires
@@ -145,13 +142,11 @@ class Device:
 
     def _add(self, job: _Job) -> None:
         self._advance()
-        least = self._least
         if not self.jobs:
             self._clock = 0.0  # (idle: the clock starts again from 0)
-            self._least = job
         job.end = self._clock + job.work
-        if least is not None and self.jobs and (job.remaining < least.remaining if self._exclusive
-                                                 else job.end < least.end):
+        least = self._least
+        if not self.jobs or least is not None and job.end < least.end:
             self._least = job
         self.jobs.append(job)
         self._demand += job.demand  # (the sum over the jobs before it, plus its own: the same left-to-right sum)
@@ -268,14 +263,15 @@ class Device:
         self._timer, self._timer_at = timer, at
 
     def _sum_running(self) -> None:
-        """After a finish: the running jobs' total demand (added left to right, arith.left_sum's rounding) and
-        their largest tolerance, in one loop."""
-        total, tol = 0.0, 0.0
-        for j in self.jobs:
-            total += j.demand
+        """After a finish: the running jobs' total demand and their largest tolerance (a loop: the builtin max is a
+        generic call compiled)."""
+        jobs = self.jobs
+        self._demand = left_sum([j.demand for j in jobs])
+        tol = 0.0
+        for j in jobs:
             if j.tol > tol:
                 tol = j.tol
-        self._demand, self._tol = total, tol
+        self._tol = tol
 
     def _on_timer(self, timer: simpy.Event) -> None:
         if timer is not self._timer:
@@ -287,6 +283,6 @@ class Device:
         exclusive, clock = self._exclusive, self._clock
         for j in self.jobs[:1] if exclusive else self.jobs:
             if (j.remaining if exclusive else j.end - clock) / r <= max(j.tol, te):
-                j.remaining, j.end = 0.0, self._clock
+                j.remaining, j.end = 0.0, clock
                 self._least = None  # (finishes at once: the plan after it searches again)
         self._reschedule()
