@@ -15,9 +15,8 @@ import importlib
 # and buffer pairs it calls on every stage execution), the query records they all read and write, the meta
 # operations the policies answer with and the clock tolerance, the version-independent sums (arith: the device adds
 # with them after every finish, the DVABatch policy at every decision), the device-sharing model, the SimPy engine,
-# the records'
-# packed rows, and the DVABatch policy, Triton's dynamic batcher (ZeroBatch, DelayBatch) and the policies' base
-# classes, each measured to pay. Left pure: the engine's result and errors (dvasim.engines.sim.result).
+# the records' packed rows, and the DVABatch policy, Triton's dynamic batcher (ZeroBatch, DelayBatch) and the
+# policies' base classes, each measured to pay. Left pure: the engine's result and errors (dvasim.engines.sim.result).
 #
 # The compiled policy classes take interpreted subclasses (@mypyc_attr(allow_interpreted_subclasses=True),
 # dvasim.core.compiling): the other policies, users' and tests' subclass them; a class attribute a subclass sets is
