@@ -166,7 +166,8 @@ def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered) -> dict[st
     profile = parts.profile
     n_rep = len(parts.pipelines)
     summary.update(
-        policy=parts.policy.name, model=profile.name, stack=parts.served.label, n_stages=profile.n_stages,
+        policy=parts.policy.name, model=profile.name, stack=parts.served.label,
+        triton_release=parts.served.triton_release, n_stages=profile.n_stages,
         buffer_pairs=cfg["engine"]["buffer_pairs"], instances=parts.pipeline.instances,
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms / n_rep if res.sim_end_ms > 0 else 0.0,
         sim_wall_s=res.wall_s, sim_queries_per_wall_s=n / res.wall_s if res.wall_s > 0 else float("nan"),

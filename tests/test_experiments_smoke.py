@@ -41,7 +41,7 @@ def test_fig15_stepping(fig15, out):
     res, calib = fig15
     peaks = pd.read_csv(calib)
     assert list(peaks["model"]) == ["bert_base", "linknet"]
-    assert set(peaks["stack"]) == {"triton-tensorrt"}  # the stack the Titan RTX tables imply (no --stack)
+    assert set(peaks["stack"]) == {"triton-tensorrt-21.10"}  # the stack the Titan RTX tables imply (no --stack)
     for col in ("delaybatch_window_ms", "peak_qps_delaybatch", "peak_qps_dvabatch", "peak_qps_dvabatch_window"):
         assert (peaks[col] > 0).all(), col
     levels = pd.read_csv(out / "fig15_levels.csv")
@@ -87,8 +87,8 @@ def test_fig18_split(fig15, out):
 
 
 def test_a_calibration_from_another_stack_is_refused(fig15, out):
-    _, calib = fig15  # found on triton-tensorrt
-    with pytest.raises(SystemExit, match="calibrated on stack 'triton-tensorrt'"):
+    _, calib = fig15  # found on triton-tensorrt-21.10
+    with pytest.raises(SystemExit, match="calibrated on stack 'triton-tensorrt-21.10'"):
         load("fig18_split").main(["--quick", "--out", str(out / "refused"), "--calib-from", str(calib),
                                   "--stack", "gpu-only"])
 
@@ -111,7 +111,7 @@ def test_fig20_stages(out, stack, overheads):
     load("fig20_stages").main(["--quick", "--out", str(d_out)] + (["--stack", stack] if stack else []))
     df = pd.read_csv(d_out / "fig20_stages.csv")
     # the paper's stack carries its own launch cost, so nothing is added on top; gpu-only runs 0.29 ms and 0
-    assert set(df["stack"]) == {stack or "triton-tensorrt"}
+    assert set(df["stack"]) == {stack or "triton-tensorrt-21.10"}
     assert list(dict.fromkeys(df["launch_overhead_ms"])) == overheads
     assert len(df) == len(overheads) * 3  # stages 1, 2, 4 (resnet152)
     assert (df["peak_qps"] > 0).all() and (df["mean_latency_fixed_ms"] > 0).all()
@@ -132,13 +132,13 @@ def test_fig21_closed_loop(out):
 
 
 def test_fig21_closed_loop_on_the_papers_stack(out):
-    """On triton-tensorrt nothing is added to the stack's own launch cost, which a launch pays on a host core while
+    """On triton-tensorrt-21.10 nothing is added to the stack's own launch cost, which a launch pays on a host core while
     the GPU runs the stage: the overhead is at most the fully exposed (N - 1) fixed launch costs, and never
     negative."""
     d_out = out / "fig21_triton"
     load("fig21_closed_loop").main(["--quick", "--out", str(d_out), "--queries", "60"])
     df = pd.read_csv(d_out / "fig21_closed_loop.csv")
-    assert len(df) == 6 and set(df["stack"]) == {"triton-tensorrt"} and (df["launch_overhead_ms"] == 0).all()
+    assert len(df) == 6 and set(df["stack"]) == {"triton-tensorrt-21.10"} and (df["launch_overhead_ms"] == 0).all()
     assert (df["n_completed_dvabatch"] == 60).all()
     assert (df["overhead_ms"] >= -1e-6).all() and (df["overhead_ms"] <= df["expected_overhead_ms"] + 1e-6).all()
 

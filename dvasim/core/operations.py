@@ -27,25 +27,32 @@ class New:
     queries: Any  # (a list of queries; Any: a compiled core checks nothing the pure one does not)
     splittable: Any = False
     lane: Any = None
+    pad_len: Any = 0
 
-    def __init__(self, queries: Any, splittable: Any = False, lane: Any = None) -> None:
-        self.queries, self.splittable, self.lane = queries, splittable, lane
+    def __init__(self, queries: Any, splittable: Any = False, lane: Any = None, pad_len: Any = 0) -> None:
+        self.queries, self.splittable, self.lane, self.pad_len = queries, splittable, lane, pad_len
 
 
 @dataclass(init=False)
 class Stretch:
     """*stretch*: add ``queries`` to the latest batch ``bid``. ``splittable = True`` marks the stretched batch as
-    one that may be split later (its new size passed the policy's split test), which ends its stretching."""
+    one that may be split later (its new size passed the policy's split test), which ends its stretching.
+
+    ``merge_stage`` (default None: the batch runs merged after the furthest stage it has been handed to, §5.2.2)
+    lets the batch's earlier rows go on alone through the stages up to and including ``merge_stage`` (the stage
+    the DVABatch backend has dispatched them into, :mod:`dvasim.policies.dvabatch_built`); the newcomers catch up
+    and the batch runs merged from the stage after it."""
 
     bid: Any
     queries: Any
     splittable: Any = False
+    merge_stage: Any = None
 
-    def __init__(self, bid: Any, queries: Any, splittable: Any = False) -> None:
-        self.bid, self.queries, self.splittable = bid, queries, splittable
+    def __init__(self, bid: Any, queries: Any, splittable: Any = False, merge_stage: Any = None) -> None:
+        self.bid, self.queries, self.splittable, self.merge_stage = bid, queries, splittable, merge_stage
 
 
-SPLIT_MANNERS = ("serial", "pipelined")
+SPLIT_MANNERS = ("serial", "pipelined", "one-stage")
 
 
 @dataclass(init=False)
@@ -56,7 +63,9 @@ class Split:
     one after another -- the next is handed to the next stage only when the one before it has left the last
     stage -- and the parent's buffer pair is held (no new batch takes it) until the last of them has left.
     ``manner = "pipelined"``: all sub-batches are handed on at once and follow each other stage by stage,
-    overlapping as far as the buffer pairs allow (for studies)."""
+    overlapping as far as the buffer pairs allow (for studies). ``manner = "one-stage"`` (the DVABatch backend's
+    OPERATOR_DVA, :mod:`dvasim.policies.dvabatch_built`): the next stage runs the sizes one after another as parts
+    of the same batch, which is whole again (re-merged) once the last part completes that stage."""
 
     bid: Any
     sizes: Any

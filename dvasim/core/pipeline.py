@@ -136,7 +136,8 @@ class Execution:
 class Pipeline:
     def __init__(self, profile, policy, n_buffer_pairs: int = 2, record_states: bool = False,
                  instances: int = 1, qos_target_ms: float | None = None, input_lengths=None,
-                 served=None, corun=None, priorities=None):
+                 served=None, corun=None, priorities=None, triton_release: str | None = None,
+                 eager_batching: bool | None = None):
         if instances < 1:
             raise ValueError("instances must be >= 1")
         # a policy that brings its own workers (E2bird's multi-granularity engine) says how many instances it
@@ -183,6 +184,13 @@ class Pipeline:
         self.on_begin: list[Callable[[Execution], None]] = []
         self.on_finish: list[Callable[[Execution], None]] = []
         self._now = 0.0
+        # the Triton release the serving stack runs (dvasim.policies.triton_release): what Triton's batchers read
+        # (``triton_release`` / ``eager_batching`` given: they override the stack's)
+        stack = getattr(served, "stack", None)
+        self.triton_release: str = str(triton_release if triton_release is not None
+                                       else getattr(stack, "triton_release", "ideal"))
+        self.eager_batching: bool = bool(eager_batching if eager_batching is not None
+                                         else getattr(stack, "eager_batching", False))
         # a policy that never decides at a stage boundary is not asked there (its answer is always None)
         self._boundary_policy = getattr(policy, "decides_at_boundary", True)
         policy.bind(self)
@@ -357,9 +365,21 @@ class Pipeline:
                 self._serial_successor(lane, batch)
             return
         if not done.ready:
+            if batch.merge_stage > stage:  # a stretched batch's rows before its merge stage go on alone
+                alone = self.table.advance_alone(item, stage)
+                if alone is not None:
+                    self._push(stage + 1, alone)
             return
         op = self.policy.at_boundary(batch, stage, now) if self._boundary_policy else None
         if isinstance(op, Split):
+            if op.manner == "one-stage":
+                try:
+                    parts = self.table.advance_parts(batch.bid, stage, list(op.sizes), now)
+                except MetaOpError as e:
+                    raise PolicyError(f"{self.policy.name}: {e}") from None
+                for it in parts:
+                    self._push(stage + 1, it)
+                return
             self._split(lane, op, stage, now)
             return
         if isinstance(op, New):
@@ -462,7 +482,10 @@ class Pipeline:
                 if lane.batches:
                     raise PolicyError(f"{self.policy.name}: new batch for instance {op.lane}, which is busy")
             item = self.table.new(list(op.queries), now, splittable=op.splittable)
-            self.table[item.bid].lane = lane.index
+            row = self.table[item.bid]
+            row.lane = lane.index
+            if op.pad_len:
+                row.pad_len = int(op.pad_len)
             self._add_batches(lane, 1)
             self._push(0, item)
         elif isinstance(op, Stretch):
@@ -477,11 +500,14 @@ class Pipeline:
             raise PolicyError(f"{self.policy.name}: {e}") from None
         if op.splittable:
             self.table.mark_splittable(op.bid)
-        # rows added before the batch's first stage started simply join its queued item
+        if op.merge_stage is not None:
+            self.table[op.bid].merge_stage = int(op.merge_stage)
+        # rows added before the batch's first stage started simply join its queued item (unless the batch's rows go
+        # on alone up to a merge stage: the newcomers then catch up as an item of their own)
         lane = self.lanes[self.table[op.bid].lane]
         lane.touch(0)
         q0 = lane.queues[0]
-        for k, queued in enumerate(q0):
+        for k, queued in enumerate(q0 if op.merge_stage is None else ()):
             if queued.bid == op.bid and queued.start + queued.num == item.start:
                 q0[k] = BatchItem(queued.bid, queued.start, queued.num + item.num, queued.slot)
                 return
@@ -490,8 +516,8 @@ class Pipeline:
     def _begin(self, lane: Lane, stage: int, item: BatchItem, now: float) -> Execution:
         batch = self.table.rows[item.bid]
         queries = batch.item_queries(item)
-        seq_len = 0  # the longest input (a loop: the builtin max is a generic call in a compiled core)
-        for q in queries:
+        seq_len = batch.pad_len  # the longest input, or the batch's padding (a loop: the builtin max is a generic
+        for q in queries:         # call in a compiled core)
             if q.seq_len > seq_len:
                 seq_len = q.seq_len
         if stage == 0 and math.isnan(batch.first_start):

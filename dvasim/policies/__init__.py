@@ -6,7 +6,7 @@ May import: the mechanism (:mod:`dvasim.core`), the foundation and the standard 
 What a policy needs from an engine (E-Ebird's co-run profile) is handed to it.
 """
 
-from dvasim.policies import dvabatch, e2bird, lazybatch, peers, triton, triton_server  # noqa: F401
+from dvasim.policies import dvabatch, dvabatch_built, e2bird, lazybatch, peers, triton, triton_server  # noqa: F401
 from dvasim.policies.base import New, Policy, Split, Stretch, make_policy, policy_names, register
 
 __all__ = ["New", "Policy", "Split", "Stretch", "make_policy", "policy_names", "register"]

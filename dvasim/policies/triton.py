@@ -20,7 +20,7 @@ Triton's whole batcher, users').
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dvasim.core.compiling import mypyc_attr
 from dvasim.errors import ConfigError
@@ -48,6 +48,8 @@ class TritonDynamicBatcher(FrontDoorPolicy):
 
     def __init__(self, max_batch_size=64, preferred_batch_size=None, max_queue_delay_ms=None):
         super().__init__()
+        # the release's instance pipeline (dvasim.policies.triton_release), made at bind; None: the idealised batcher
+        self._instances: Any = None
         self.max_batch_size = check_positive_int("policy.max_batch_size", max_batch_size)
         if preferred_batch_size is None:
             preferred = []
@@ -72,9 +74,54 @@ class TritonDynamicBatcher(FrontDoorPolicy):
             raise ConfigError(
                 "policy.max_batch_size", f"{self.max_batch_size} exceeds the table's largest profiled batch size {top}"
             )
+        self._bind_release(view)
+
+    def _bind_release(self, view) -> None:
+        """The Triton release the run serves on (the pipeline's ``triton_release``, from the serving stack): any
+        but ``"ideal"`` runs the release's instance pipeline (:mod:`dvasim.policies.triton_release`)."""
+        from dvasim.policies.triton_release import InstancePipeline, release_rules
+
+        rules = release_rules(getattr(view, "triton_release", "ideal"), bool(getattr(view, "eager_batching", False)))
+        self._instances = None if rules.ideal else InstancePipeline(rules, self, int(getattr(view, "instances", 1)))
+
+    @property
+    def triton_release(self) -> str:
+        return "ideal" if self._instances is None else self._instances.rules.name
 
     def _free(self) -> bool:
+        """May a batch be formed now: an instance holds no batch (ideal), or the release's batcher has a payload
+        slot (``PayloadSlotAvailable``)."""
+        if self._instances is not None:
+            return bool(self._instances.slot_free())
         return self.view.free_instances() > 0
+
+    def has_pending(self) -> bool:
+        return bool(self.pending) or (self._instances is not None and bool(self._instances.holds_work()))
+
+    # ---- what the release's instance pipeline asks its batcher
+    def has_requests(self) -> bool:
+        return bool(self.pending)
+
+    def pending_count(self) -> int:
+        return len(self.pending)
+
+    def _form_size(self, now: float) -> int:
+        return self._size_now(now)
+
+    def _take_n(self, n: int) -> list:
+        return self.take(n)
+
+    def _preferred_sizes(self) -> list[int]:
+        return self.preferred_batch_size or [self.max_batch_size]
+
+    def has_queue_policy(self) -> bool:
+        return False
+
+    def _release_ops(self, now: float) -> list[New | Stretch]:
+        """The batches that start now under the release's instance pipeline."""
+        view = self.view
+        busy = set(range(int(getattr(view, "instances", 1)))) - set(view.free_lane_indices())
+        return [New(qs, lane=i) for i, qs in self._instances.step(now, busy)]
 
     def _size_now(self, now: float) -> int:
         n = len(self.pending)
@@ -88,6 +135,8 @@ class TritonDynamicBatcher(FrontDoorPolicy):
         return 0
 
     def admit(self, now: float) -> list[New | Stretch]:
+        if self._instances is not None:
+            return self._release_ops(now)
         ops: list[New | Stretch] = []
         while self.pending and len(ops) < self.view.free_instances():
             n = self._size_now(now)

@@ -14,6 +14,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from dvasim.core.arith import int_sum
 from dvasim.core.query import Query
 from dvasim.errors import ConfigError
 from dvasim.policies.base import New, Policy, check_nonneg_number, check_positive_int, register, time_eps
@@ -116,8 +117,11 @@ class TritonServerBatcher(TritonDynamicBatcher):
     (``WaitForPayloadSlotAvailable``), and a request past its timeout keeps its place in ``max_queue_size``
     until then; here it times out at its deadline exactly (so a rejection is answered up to 500 ms earlier than
     Triton would, and its slot frees at once). Both never put a timed-out request in a batch under REJECT.
-    ``allow_timeout_override`` has no effect: simulated requests carry no timeout of their own. The batcher
-    does not prefetch a batch for a busy instance.
+    ``allow_timeout_override`` has no effect: simulated requests carry no timeout of their own. Under the
+    ``"ideal"`` release the batcher does not prefetch a batch for a busy instance; under ``"21.10"`` and
+    ``"current"`` (``[server] triton_release``, or the stack's) it runs the release's instance pipeline
+    (:mod:`dvasim.policies.triton_release`): payloads formed ahead, frozen or growing, merged at dequeue, an
+    instance freed when its batch's inputs are consumed.
     """
 
     name = "triton"
@@ -195,6 +199,7 @@ class TritonServerBatcher(TritonDynamicBatcher):
     def bind(self, view) -> None:
         if not self.dynamic_batching:  # every request runs alone: the table needs only batch size 1
             Policy.bind(self, view)
+            self._bind_release(view)
             return
         try:
             super().bind(view)
@@ -219,7 +224,25 @@ class TritonServerBatcher(TritonDynamicBatcher):
         pass
 
     def has_pending(self) -> bool:
+        return self.has_requests() or (self._instances is not None and bool(self._instances.holds_work()))
+
+    def has_requests(self) -> bool:
         return any(lv.queue or lv.delayed for lv in self._order)
+
+    def pending_count(self) -> int:
+        return int_sum(lv.size() for lv in self._order)
+
+    def _form_size(self, now: float) -> int:
+        return self._batch_size(now)
+
+    def _take_n(self, n: int) -> list:
+        return self._take(n)
+
+    def _preferred_sizes(self) -> list[int]:
+        return self._preferred
+
+    def has_queue_policy(self) -> bool:
+        return self.refuses or self._timeouts or self.priority_levels > 0
 
     # ---- the front door
     def on_arrival(self, query: Query) -> None:
@@ -242,13 +265,16 @@ class TritonServerBatcher(TritonDynamicBatcher):
     def admit(self, now: float):
         if self._timeouts:
             self._expire(now - time_eps(now))  # any deadline passed unnoticed (an engine that steps late)
-        ops = []
-        free = self.view.free_instances()
-        while len(ops) < free:
-            n = self._batch_size(now)
-            if n == 0:
-                break
-            ops.append(New(self._take(n)))
+        if self._instances is not None:
+            ops = self._release_ops(now)
+        else:
+            ops = []
+            free = self.view.free_instances()
+            while len(ops) < free:
+                n = self._batch_size(now)
+                if n == 0:
+                    break
+                ops.append(New(self._take(n)))
         if self._timeouts:
             self._expire(now + time_eps(now))  # still queued at its deadline: timed out
         return ops

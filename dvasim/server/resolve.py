@@ -27,7 +27,7 @@ from typing import Any
 from dvasim.errors import ConfigError
 from dvasim.schema import Key, Section
 from dvasim.server.costs import BatchCosts, model_io
-from dvasim.server.stacks import BOOL_FIELDS, FIELD_HELP, MODULE_KINDS, STACKS, ServingStack
+from dvasim.server.stacks import BOOL_FIELDS, FIELD_HELP, MODULE_KINDS, RELEASE_FIELDS, STACKS, ServingStack
 
 
 def _field_key(name: str, help_: str) -> Key:
@@ -36,6 +36,10 @@ def _field_key(name: str, help_: str) -> Key:
         return Key(name, "bool", help_)
     if name == "modules":
         return Key(name, "choice", help_, choices=MODULE_KINDS)
+    if name == "triton_release":
+        from dvasim.policies.triton_release import RELEASES
+
+        return Key(name, "choice", help_, choices=RELEASES)
     if name.endswith("_gbps"):
         return Key(name, "number", help_ + " (GB/s; inf = free)", minimum=0, strict=True, allow_inf=True)
     if name == "host_cores":
@@ -51,8 +55,8 @@ SERVER = Section("server", "the serving stack around the GPU (dvasim stacks); it
 
 # the device of a named model's table -> the stack its source implies, and why
 DEVICE_STACKS = {
-    "titanrtx": ("triton-tensorrt", "the Titan RTX tables model TensorRT's fused kernels (fusion=tensorrt), the "
-                                    "DVABatch paper's Triton + TensorRT"),
+    "titanrtx": ("triton-tensorrt-21.10", "the Titan RTX tables model TensorRT's fused kernels (fusion=tensorrt), "
+                                          "the DVABatch paper's Triton 21.10 + TensorRT (Table 1)"),
     "a100": ("triton-tensorrt", "the A100 tables model TensorRT's fused kernels (fusion=tensorrt), as served by "
                                 "Triton in the characterization study"),
     "h100": ("cudagraph", "the H100 tables were fitted to GPU time of stages captured as CUDA graphs"),
@@ -73,7 +77,14 @@ class StackRun:
 
     @property
     def label(self) -> str:
-        return self.stack.name
+        """The stack's name, and the Triton release where the config set one the stack does not run by itself."""
+        st = self.stack
+        own = STACKS[st.name].triton_release if st.name in STACKS else "ideal"
+        return st.name if st.triton_release == own else f"{st.name} (triton {st.triton_release})"
+
+    @property
+    def triton_release(self) -> str:
+        return self.stack.triton_release
 
     @property
     def corun_per_worker(self) -> float:
@@ -187,8 +198,9 @@ def resolve_stack(cfg: dict[str, Any], model, transfer=None, stack: str | None =
         implied, why = implied_stack(model)
         base, source = STACKS[implied], f"implied by the table: {why}"
     st = base.with_overrides(overrides)
-    if overrides and st.adds_nothing:
-        raise ConfigError(f"server.{next(iter(overrides))}", f"the stack {st.name!r} adds no host cost; name a stack "
+    costs = [k for k in overrides if k not in RELEASE_FIELDS]
+    if costs and st.adds_nothing:
+        raise ConfigError(f"server.{costs[0]}", f"the stack {st.name!r} adds no host cost; name a stack "
                                                              "with one ([server] stack = ...) to set its costs")
     n = model.table.n_stages
     ops, ops_src = stage_operators(model)

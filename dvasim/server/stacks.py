@@ -46,8 +46,14 @@ FIELD_HELP: dict[str, str] = {
     "host_cores": "host cores that launch stages",
     "interpreter_lock": "Python-level work (and eager launches) serialised by one interpreter lock",
     "corun_per_worker": "co-run penalty: executions run 1 + k * (n - 1) times slower while n run at once",
+    "triton_release": 'the Triton release whose instance pipeline Triton\'s batchers run: "21.10" (payloads formed '
+                      'ahead and frozen, merged at dequeue), "current" (payloads grow until an instance takes '
+                      'them), or "ideal" (no prefetch; an instance is free when its batch leaves)',
+    "eager_batching": "TensorRT's optimization.eager_batching: more batches issued per instance before their "
+                      "inputs are consumed (2 in 21.10, 3 current)",
 }
-BOOL_FIELDS = ("pinned", "idle_between_batches", "interpreter_lock")
+BOOL_FIELDS = ("pinned", "idle_between_batches", "interpreter_lock", "eager_batching")
+RELEASE_FIELDS = ("triton_release", "eager_batching")  # the batcher's, not host costs: any stack takes them
 MODULE_KINDS = ("tensorrt", "tensorflow", "eager", "torchscript", "cudagraph")
 
 
@@ -73,6 +79,8 @@ class ServingStack:
     host_cores: float = 16.0
     interpreter_lock: bool = False
     corun_per_worker: float = 0.0
+    triton_release: str = "ideal"
+    eager_batching: bool = False
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def with_overrides(self, values: dict[str, Any]) -> ServingStack:
@@ -89,7 +97,9 @@ class ServingStack:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in FIELD_HELP}
 
     def describe(self) -> dict[str, Any]:
-        out = {"name": self.name, "summary": self.summary}
+        out = {"name": self.name, "summary": self.summary, "triton_release": self.triton_release}
+        if self.eager_batching:
+            out["eager_batching"] = True
         if not self.adds_nothing:
             out.update({k: (str(v) if isinstance(v, float) and math.isinf(v) else v)
                         for k, v in self.parameters().items()})
@@ -111,11 +121,16 @@ STACKS: dict[str, ServingStack] = {}
 
 
 def _add(stack: ServingStack) -> None:
-    STACKS[stack.name] = stack
+    # the batcher's release: a stack that serves no Triton of its own runs Triton's batchers idealised
+    own = {"triton_release": "by definition: no Triton instance pipeline in this stack (Triton's batchers "
+                             "idealised: no prefetch, an instance free when its batch leaves)",
+           "eager_batching": "by definition: off (a TensorRT option)"}
+    STACKS[stack.name] = replace(stack, sources={**own, **stack.sources})
 
 
 _add(ServingStack(
-    "gpu-only", "a lower bound: the GPU's time alone, no host cost of any kind (no real server runs this way)",
+    "gpu-only", "a lower bound: the GPU's time alone, no host cost of any kind (no real server runs this way), "
+    "Triton's batchers idealised (no prefetch) unless [server] triton_release says",
     adds_nothing=True, sources={"all": "by definition: nothing beside the latency table's GPU time"}))
 
 _add(ServingStack(
@@ -202,6 +217,12 @@ TRT_BACKEND = ("published: triton-inference-server/tensorrt_backend (2021-22 and
                "and output copy streams, 2-3 CUDA event sets 'for current request and next request', the next "
                "batch's inputs copied once TensorRT has consumed the current ones (enqueueV2's input-consumed "
                "event), outputs answered by a per-instance completion thread")
+TRITON_CURRENT = ("published: Triton core main (73aad7c3) and tensorrt_backend main (e2ef6d79): payloads grow "
+                  "until an instance takes them (#3789), the instance freed at inputs-consumed "
+                  "(dvasim/policies/triton_release.py cites the lines)")
+TRITON_2110 = ("published: the DVABatch paper's Triton 21.10 (Table 1), server and tensorrt_backend branches r21.10 "
+               "(5e5db26c9d08, 61925b32): payloads formed ahead and frozen, merged at dequeue, the instance freed at "
+               "inputs-consumed (dvasim/policies/triton_release.py cites the lines)")
 _add(ServingStack(
     "triton-tensorrt", "Triton's dynamic batcher feeding TensorRT engines (the DVABatch paper's stack, §8.1 and "
     "Table 1; Titan RTX, PCIe 3.0): C++ throughout, inputs gathered into pinned memory and copied asynchronously, "
@@ -209,8 +230,10 @@ _add(ServingStack(
     request_ms=0.02, request_per_row_ms=0.0, gather_per_row_ms=0.0039, gather_gbps=5.0, h2d_gbps=12.0, pinned=True,
     d2h_gbps=12.0, sync_ms=0.038, idle_between_batches=False, modules="tensorrt", launch_fixed_ms=0.29 / 4,
     launch_per_op_ms=0.005, launch_per_row_ms=0.0, python_ms=0.0, host_cores=10.0, interpreter_lock=False,
-    corun_per_worker=0.0,
+    corun_per_worker=0.0, triton_release="current",
     sources={
+        "triton_release": TRITON_CURRENT,
+        "eager_batching": "published: off unless a model's config sets optimization.eager_batching",
         "request_ms": "estimate: the dynamic batcher waking the instance thread (no published number; the Python "
                       "replay's 0.14 ms hand-off is an upper bound for C++)",
         "request_per_row_ms": "published: Triton parses requests on its HTTP/gRPC front-end threads, in parallel and "
@@ -282,3 +305,10 @@ _add(ServingStack(
                             "E2bird engines have at most 6 workers: no penalty. (Its 'many workers of batch size 1 "
                             "... 4x' mixes interference with the lost batching, which the device model has)",
     }))
+
+# The paper's release: the same host, Triton's r21.10 instance pipeline
+_TRT = STACKS["triton-tensorrt"]
+_add(replace(_TRT, name="triton-tensorrt-21.10",
+             summary="Triton 21.10 with TensorRT, the DVABatch paper's release (§8.1, Table 1): as triton-tensorrt, "
+                     "but its batcher forms payloads ahead of a busy instance and never grows a queued one",
+             triton_release="21.10", sources={**_TRT.sources, "triton_release": TRITON_2110}))

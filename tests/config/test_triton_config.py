@@ -206,9 +206,9 @@ def test_priority_draws_are_seeded_independent_and_in_proportion():
 
 
 def test_a_run_names_its_triton_config_and_counts_refusals(tmp_path):
-    r = dvasim.run(EXAMPLES / "resnet152.toml", overrides=["workload.n_queries=1500"])
+    r = dvasim.run(EXAMPLES / "resnet152.toml", overrides=["workload.n_queries=3000"])
     s, df = r.summary, r.queries
-    streamed = dvasim.run(EXAMPLES / "resnet152.toml", overrides=["workload.n_queries=1500"],
+    streamed = dvasim.run(EXAMPLES / "resnet152.toml", overrides=["workload.n_queries=3000"],
                           records=tmp_path / "q.parquet")
     pd.testing.assert_frame_equal(streamed.queries, df)  # the status column streams to Parquet unchanged
     assert s["triton_config"] == str((EXAMPLES / "resnet152.pbtxt").resolve())

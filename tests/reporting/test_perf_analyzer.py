@@ -153,7 +153,7 @@ def test_server_columns_are_the_stacks_costs_and_add_up_to_the_latency(admission
            "workload": {"kind": "closed", "clients": 3, "n_queries": 60},
            "engine": {"admission_delay_ms": admission_ms}}
     res = dvasim.run(cfg)
-    assert res.summary["stack"] == "triton-tensorrt" and set(res.queries["exit_batch_size"]) == {3}
+    assert res.summary["stack"] == "triton-tensorrt-21.10" and set(res.queries["exit_batch_size"]) == {3}
     st, rows = STACKS["triton-tensorrt"], 3
     in_bytes = rows * 224 * 224 * 3 * 4  # three 224x224 RGB float32 images
     copy_in_ms = rows * st.gather_per_row_ms + in_bytes / (st.gather_gbps * 1e6) + in_bytes / (st.h2d_gbps * 1e6)

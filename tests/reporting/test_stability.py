@@ -27,11 +27,15 @@ VERDICT = ("stable", "stability_reason", "throughput_ratio", "throughput_ratio_m
 
 
 def bert(rate: float, n: int, seed: int = 1, **qos) -> dict:
-    """The issue's example: BERT-base in 2 stages on the Titan RTX, DelayBatch, GLUE RTE lengths, Poisson."""
+    """The issue's example: BERT-base in 2 stages on the Titan RTX, DelayBatch, GLUE RTE lengths, Poisson, on the
+    Triton + TensorRT stack with the idealised batcher (no prefetch). Under Triton 21.10's rules (the Titan RTX
+    default) 500 QPS is metastable: the first 1,500 queries are served in batches of about 4 (a stable verdict,
+    rightly, for those queries) before merged payloads grow, their padding with them, and the run collapses."""
     return {"model": {"name": "bert_base", "device": "titanrtx", "stages": 2},
             "policy": {"name": "delaybatch", "max_batch_size": 64},
             "workload": {"kind": "poisson", "rate_qps": rate, "n_queries": n, "seed": seed,
                          "seq_len_dist": "glue:RTE"},
+            "server": {"stack": "triton-tensorrt", "triton_release": "ideal"},
             "qos": {"target_ms": 200.0, **qos}, "engine": {"progress": False}}
 
 
@@ -225,13 +229,14 @@ def test_stepping_summary_has_each_level_as_study_computes_it():
     assert [lv["offered_qps"] for lv in levels] == sorted(set(rates.tolist()))
     assert set(levels[0]) >= {"offered_qps", "n", "mean_latency_ms", "p99_latency_ms", "throughput_qps",
                               "within_qos", "stable"}
-    # the low levels are served at their rate and stable; the top ones (above the peak, ~400 QPS) are not
+    # the low levels are served at their rate and stable; the top ones (above the peak: ~400 QPS, ~460 QPS under
+    # Triton 21.10's merge at dequeue, the Titan RTX default) are not
     by_rate = {lv["offered_qps"]: lv for lv in levels}
     for r, lv in by_rate.items():
         assert lv["n"] == 1000
         if r < 350:
             assert lv["stable"] and lv["within_qos"] and lv["throughput_qps"] == pytest.approx(r, rel=0.1)
-        elif r > 450:
+        elif r > 500:
             assert not lv["stable"] and not lv["within_qos"] and lv["throughput_qps"] < 0.9 * r
     # the whole run ends in overload: not stable
     assert res.summary["stable"] is False

@@ -160,7 +160,7 @@ def test_a_per_batch_cost_makes_a_batch_window_pay(tmp_path):
 
 def test_every_run_names_its_stack_and_the_table_implies_it(tmp_path):
     cfg = {"policy": ZB1, "workload": {"kind": "explicit", "arrivals_ms": [0.0]}}
-    for model, stack in (({"name": "vgg19", "device": "titanrtx", "stages": 2}, "triton-tensorrt"),
+    for model, stack in (({"name": "vgg19", "device": "titanrtx", "stages": 2}, "triton-tensorrt-21.10"),
                          ({"name": "vgg19", "device": "a100", "stages": 2}, "triton-tensorrt"),
                          ({"name": "vgg19", "device": "h100", "stages": 2}, "cudagraph"),
                          ({"name": "vgg19", "device": "cpu", "stages": 2}, "as-profiled"),

@@ -73,7 +73,7 @@ def test_policies_compared_with_ties(md1_config):
                resolution=0.1, per_replica_queries=500, headroom=False)
     assert list(res["by_policy"]) == ["zerobatch", "delaybatch", "dvabatch"]
     for p in res["by_policy"].values():
-        assert p["stack"] == "triton-tensorrt" and p["confirmation"]["confirmed"]
+        assert p["stack"] == "triton-tensorrt-21.10" and p["confirmation"]["confirmed"]
     comp = {c["policy"]: c for c in res["comparisons"]}
     for name, c in comp.items():
         diff = res["by_policy"][name]["replicas"] - res["by_policy"]["zerobatch"]["replicas"]
