@@ -3,7 +3,8 @@
 
     dvasim compare [--models ...] [--policies ...] [--queries N] [--workers W] [--out DIR] [--stack NAME]
 
-Writes compare.csv, calibration.csv, reductions.csv, attribution.csv and the figures in ``--out`` and prints the
+Writes compare.csv, calibration.csv, reductions.csv (reductions_built.csv for DVABatch as built), attribution.csv
+and the figures in ``--out`` and prints the
 report; each table is written under a temporary name and renamed when complete. A bad argument prints one line,
 ``dvasim compare: error: <flag>: <what is allowed>``, and exits with status 2 before any run: ``--queries``
 100..20,000,000 (a run's limit, :data:`dvasim.workload.arrivals.MAX_QUERIES`), ``--workers`` 1..256 (never more
@@ -23,7 +24,14 @@ from dvasim.errors import OneLineParser, check_out_dir
 from dvasim.outputs import atomic_path
 from dvasim.studies import compare as compare_study
 from dvasim.studies import evaluation as study
-from dvasim.studies.compare import print_attribution, print_report, print_variants, stack_title, with_stacks
+from dvasim.studies.compare import (
+    print_attribution,
+    print_built,
+    print_report,
+    print_variants,
+    stack_title,
+    with_stacks,
+)
 
 MAX_WORKERS = 256  # --workers (and never more processes than runs)
 MAX_SEEDS = 100  # --seeds
@@ -170,8 +178,14 @@ def report(results, calib, out: Path, args) -> None:
     red_p99 = study.reductions(results, "p99_latency_ms")
     att = study.attribution(results, "mean_latency_ms")
     red = red_mean.merge(red_p99, on=["model", "load"], suffixes=("_mean", "_p99"))
-    for name, df in (("compare.csv", results), ("calibration.csv", calib), ("reductions.csv", red),
-                     ("attribution.csv", att)):
+    tables = [("compare.csv", results), ("calibration.csv", calib), ("reductions.csv", red), ("attribution.csv", att)]
+    built = "dvabatch-built" in set(results["policy"])
+    if built:  # DVABatch as its authors built it: its reductions beside the described one's
+        red_built = study.reductions(results, "mean_latency_ms", "dvabatch-built").merge(
+            study.reductions(results, "p99_latency_ms", "dvabatch-built"), on=["model", "load"],
+            suffixes=("_mean", "_p99"))
+        tables.append(("reductions_built.csv", red_built))
+    for name, df in tables:
         with atomic_path(out / name) as tmp:  # renamed when complete: a full disk leaves no torn table
             df.to_csv(tmp, index=False)
     from dvasim.reporting import plots
@@ -189,6 +203,8 @@ def report(results, calib, out: Path, args) -> None:
                                              f"DelayBatch, by step (points of DelayBatch's mean){on}"), {}))
     draw_figures(figures, args.workers)
     print_report(results, calib, red, sys.stdout, args.slo_ms)
+    if built:
+        print_built(red_built, calib, sys.stdout)
     if set(results["policy"]) - set(study.POLICIES):
         print_variants(results, sys.stdout)
     print_attribution(att, sys.stdout)

@@ -185,6 +185,8 @@ class Pipeline:
         self.on_finish: list[Callable[[Execution], None]] = []
         self._now = 0.0
         # the Triton release the serving stack runs (dvasim.policies.triton_release): what Triton's batchers read
+        # the run's resolved serving stack (plain data; None: none known), for a policy that weighs its host costs
+        self.served = served
         # (``triton_release`` / ``eager_batching`` given: they override the stack's)
         stack = getattr(served, "stack", None)
         self.triton_release: str = str(triton_release if triton_release is not None

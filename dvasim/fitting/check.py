@@ -39,7 +39,8 @@ def recorded_dvabatch(table, max_batch_size: int) -> dict[str, Any]:
     """DVABatch's parameters as the tree that recorded the H100 replays (commit 15db935) resolved them, so that a
     case is simulated with the policy its replay ran: *input* when the table has lengths, *operator* when a
     batch of ``bs_max`` would be split at some boundary, *load* without *input*; Policy I's window at the
-    table's longest length; no stretch of a started batch; split sub-batches overlapping (pipelined)."""
+    table's longest length; no stretch of a started batch; split sub-batches overlapping (pipelined); Policy I's
+    clusters costed on the GPU's time alone (a replay's policy knows no serving stack)."""
     from dvasim.model.table import LatencyTable
 
     t = LatencyTable.load(table)
@@ -49,7 +50,7 @@ def recorded_dvabatch(table, max_batch_size: int) -> dict[str, Any]:
                              for s in range(1, t.n_stages))
     policies = (["input"] if L else []) + (["operator"] if splits else []) + ([] if L else ["load"])
     return {"policies": policies, "t_comp_wait_ms": 0.0, "split_manner": "pipelined",
-            "max_queue_delay_ms": t.latency(0, bs, L) if L else 0.0}
+            "max_queue_delay_ms": t.latency(0, bs, L) if L else 0.0, "cluster_host_cost": False}
 
 
 def real_runs(summary_json, policy: str, load: float) -> dict[str, list[float]] | None:

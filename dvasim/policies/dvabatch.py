@@ -8,10 +8,17 @@ the paper identifies them offline, from the latency table and the service's inpu
   ``input_threshold`` (10%) longer than the same queries would at their own lengths (expected times from the
   table, the longest of ``bs_max`` draws from the order statistics of the empirical distribution). Where the
   engine does not know the lengths (no workload), a table with lengths is taken to mean input diversity.
-* *operator* -- the stages' preferred batch sizes differ: the largest is at least twice the smallest (Policy II
-  splits by halves, so a smaller difference gives it nothing to do). A stage's preferred batch size is the
-  smallest profiled one whose throughput reaches ``preferred_threshold`` (90%) of the stage's best, at the
-  median input length (the table's longest length when the lengths are unknown).
+* *operator* -- an earlier stage prefers a batch at least twice as large as a later stage does
+  (:func:`operator_diversity`: §3.2's UNet, whose first operators benefit from large batches and last ones from
+  small, Figure 6; Policy II splits a batch for the *remaining* stages, Figure 13, and by halves, so a smaller
+  difference gives it nothing to do). Stages that prefer larger batches further on (ResNet's and VGG's widening
+  blocks: preferred sizes [2, 4, 4, 8] and [1, 1, 2, 21] on the Titan RTX tables) are not operator diversity:
+  §8.1 gives ResNet152 and VGG19 load diversity only. (Until issue 33 the rule was "the largest preferred size at
+  least twice the smallest", which named ResNet152, VGG19 and BERT-base operator-diverse against §8.1.) A stage's
+  preferred batch size is the smallest profiled one whose throughput reaches ``preferred_threshold`` (90%) of the
+  stage's best, at the median input length (the table's longest length when the lengths are unknown). The Titan
+  RTX UNet table gives no stage a batching gain beyond batch 2 (every preferred size 1), so no operator diversity
+  is identified there, against §8.1 (the README's policy-identification table shows why).
 * *load* -- always (§7.1: "all the models are considered to have load diversities"), except together with
   *input*: new batches entering the pipeline independently already resolve load diversity (§7.2).
 
@@ -19,7 +26,10 @@ the paper identifies them offline, from the latency table and the service's inpu
 the pipeline as soon as the first stage takes it, never stretched, split or clustered).
 
 **Policy I, input diversity.** Pending queries are clustered by length (sorted by length, cut where the summed
-latency of the clusters running side by side is smallest; at most ``max_clusters``); each cluster is padded to
+latency of the clusters running side by side is smallest; at most ``max_clusters``; on a stack whose host does
+part of a batch's launching one batch at a time, under an interpreter lock, each cluster's latency also counts
+that serial host work of its own and of the clusters launched before it, :func:`serial_host_cost`: ours, since
+issue 33, so that clustering never pays more host time than it saves device time); each cluster is padded to
 its own longest input and enters the pipeline as a batch of its own, so the clusters run in parallel. At most
 ``bs_max`` queries are active in the pipeline. A batch leaves the front door when the first stage is free, when
 ``bs_max`` queries (or the room left) are pending, or when the oldest has waited the batch window: the first
@@ -36,9 +46,8 @@ can be *new*, then *stretched*, then *split* (Figure 8). Sub-batches run one aft
 "serial"``, §7.2: "the two smaller batches run in the serial manner") or overlapping (``"pipelined"``).
 
 **Policy III, load diversity.** Newly arrived queries *stretch* the latest batch (the most recently made) unless it
-may be split (§5.2.2), has been handed to the last stage, is already sufficient, or the stretch could make it miss
-its QoS target; otherwise they wait for the first stage to take a new batch. Two conditions, each marked with
-whose it is:
+may be split (§5.2.2), has been handed to the last stage, is already sufficient, or its T_comp_wait is spent;
+otherwise they wait for the first stage to take a new batch. The conditions, each marked with whose it is:
 
 * *Up to a sufficient batch.* The paper's Case III (§3.3): the first query "starts to run alone ..., and the GPU
   is not fully utilized"; "the two insufficient batches are merged into a new batch that fully utilizes the
@@ -47,10 +56,20 @@ whose it is:
   after the merge boundary (all stages for a batch not yet started) -- and never beyond ``bs_max``. Where one
   query already fully utilizes those stages (every preferred batch size 1: the UNet table here) nothing is
   stretched, as merging would save no device time and only make the first queries wait.
-* *T_comp_wait from the QoS target.* The paper (§7.2): "a latter batch should be able to join a previous batch,
-  if it does not result in the QoS violation of the previous batch ... We set a time threshold T_comp_wait to
-  eliminate the possible QoS violation. If a batch is already processed for T_comp_wait, no stretch operation is
-  allowed on this batch." It gives no value. Ours derives it, per batch, from the QoS target ``Q`` (the run's
+* *T_comp_wait and a stage limit: the default (``t_comp_wait_rule = "derived"``), as the authors built it.*
+  The paper (§7.2): "We set a time threshold T_comp_wait to eliminate the possible QoS violation. If a batch is
+  already processed for T_comp_wait, no stretch operation is allowed on this batch." It gives no value; the
+  authors' backend (:mod:`dvasim.policies.dvabatch_built`) checks fixed thresholds, a time since the batch was made
+  and the furthest stage it was dispatched into (lego_schedule.h:633-636), and no QoS rule at all. Derived here
+  from the table, never fitted: ``max_stretch_stage = ceil(S / 2)`` (a batch is stretched only while it has been
+  handed to the first half of the stages, so the newcomers' catch-up is at most half the model; §3.3's Case III
+  merges after the first of four operators) and ``t_comp_wait_ms = sum_{s < max_stretch_stage} T_s(cap)``, the
+  time those stages take at the stretch cap (the largest preferred batch size, at most ``bs_max``): a batch
+  processed longer than a sufficient batch takes to clear its mergeable stages is not stretched. The two limits
+  agree, and both are reported by ``describe()``. ``experiments/tcomp_wait_sweep.py`` sweeps them.
+* *T_comp_wait from the QoS target* (``t_comp_wait_rule = "qos"``; the default before issue 33). The paper: "a
+  latter batch should be able to join a previous batch, if it does not result in the QoS violation of the
+  previous batch". Ours derives it, per batch, from the QoS target ``Q`` (the run's
   ``[qos] target_ms``, or ``qos_target_ms``) and the latency table: the stretch of a batch of ``b`` queries, the
   oldest of which arrived at ``a``, by ``k`` newcomers at time ``now`` is made iff ``F - a <= Q``, where
 
@@ -74,8 +93,7 @@ whose it is:
   device time that other batches in flight take from the batch (older ones further down the pipeline, new ones
   entering later), a busy executor's queue, launch and host costs, and jitter. So on a loaded pipeline a
   stretched batch can still miss its target; the rule only makes sure the stretch itself, on the table's
-  times, does not take it there. Without a QoS target (a pipeline built without one; every ``dvasim.run``
-  config has one) every stretch is allowed.
+  times, does not take it there. The rule needs a QoS target.
 
   Figure 3 Case III and Figure 8 (T = 1 ms) stretch as the paper shows under the study's 200 ms target (§8.1):
   their merged batches leave 9T and 11T after their oldest query; Case III stretches for any target of 9T or
@@ -139,11 +157,26 @@ from dvasim.policies.base import (
 KINDS = ("input", "operator", "load")
 EPS = 1e-9
 RULES = {  # Policy III's T_comp_wait, as describe() reports it
+    "derived": "derived: no stretch of a batch processed longer than t_comp_wait_ms (its mergeable stages' time at "
+               "the stretch cap) or handed to stage max_stretch_stage or beyond (the authors' fixed thresholds)",
     "qos": "qos: stretch iff (merged batch's finish - its oldest query's arrival) <= qos_target_ms",
     "fixed": "fixed: no stretch of a batch processed longer than t_comp_wait_ms",
     "frac": "frac: no stretch of a batch processed longer than t_comp_wait_frac x the batch-1 latency",
-    "none": "none: no QoS target, every stretch allowed",
+    "none": "none: every stretch allowed",
 }
+
+
+def operator_diversity(preferred: list[int]) -> bool:
+    """Operator diversity (§3.2, Figure 6; §7.1): an earlier stage prefers a batch at least twice as large as a
+    later stage does, so a batch formed for the early stages is worth splitting for the later ones (Policy II
+    splits for the *remaining* stages, Figure 13). Stages that prefer larger batches further on (ResNet's and
+    VGG's widening blocks) give Policy II nothing to split: §8.1 gives them load diversity only."""
+    best_before = 0
+    for p in preferred:
+        if best_before >= 2 * p:
+            return True
+        best_before = max(best_before, p)
+    return False
 
 
 def _length_hist(lengths) -> tuple[list[tuple[int, int]], int]:
@@ -193,9 +226,16 @@ class DVABatch(FrontDoorPolicy):
         "max_queue_delay_ms": "front-door batch window (default: Policy I's first-stage time at bs_max for the "
                               "longest pending input, at most the QoS target; else 0)",
         "t_comp_wait_ms": "Policy III: a fixed T_comp_wait, a batch processed longer than this is no longer "
-                          "stretched (default: derived from the QoS target, per batch: a stretch is made only if the "
-                          "stretched batch still finishes, on the table's times, within qos_target_ms of its oldest "
-                          "query's arrival)",
+                          "stretched (default: the time the stages below max_stretch_stage take at the stretch cap, "
+                          "the largest preferred batch size)",
+        "t_comp_wait_rule": 'Policy III: "derived" (default: a fixed T_comp_wait and a stage limit, derived as the '
+                            'authors\' backend thresholds are) or "qos" (stretch only if the merged batch still meets '
+                            'qos_target_ms on the table\'s times) or "none" (every stretch allowed, for studies)',
+        "cluster_host_cost": "Policy I: count the serving stack's serial host work in the clusters' cost (default true; "
+                             "false: the GPU's time alone, as before issue 33 and as a replay's policy, which knows "
+                             "no stack, decides)",
+        "max_stretch_stage": "Policy III: no stretch of a batch handed to this stage or a later one (default with the "
+                             "derived rule: ceil(stages / 2); otherwise none)",
         "t_comp_wait_frac": "Policy III: T_comp_wait as this fraction of the model's batch-1 latency instead (a fixed "
                             "threshold; default: not used, the QoS rule)",
         "split_factor": "Policy II: split when T_remain(bs) >= split_factor * T_remain(bs/2) (default 2)",
@@ -218,8 +258,20 @@ class DVABatch(FrontDoorPolicy):
     def __init__(self, max_batch_size=64, policies=None, max_queue_delay_ms=None, t_comp_wait_ms=None,
                  t_comp_wait_frac=None, split_factor=2.0, split_manner="serial", max_clusters=3,
                  input_threshold=0.1, preferred_threshold=0.9, qos_target_ms=None, stretch=None, split=None,
-                 pipeline=None):
+                 pipeline=None, t_comp_wait_rule=None, max_stretch_stage=None, cluster_host_cost=True):
         super().__init__()
+        if not isinstance(cluster_host_cost, bool):
+            raise ConfigError("policy.cluster_host_cost", f"must be true or false, got {cluster_host_cost!r}")
+        self.cluster_host_cost = cluster_host_cost
+        if t_comp_wait_rule is not None and t_comp_wait_rule not in ("derived", "qos", "none"):
+            raise ConfigError("policy.t_comp_wait_rule", f'must be "derived", "qos" or "none", got '
+                                                         f"{t_comp_wait_rule!r}")
+        if t_comp_wait_rule is not None and (t_comp_wait_ms is not None or t_comp_wait_frac is not None):
+            raise ConfigError("policy.t_comp_wait_rule", "give a rule or a fixed T_comp_wait (t_comp_wait_ms or "
+                                                         "t_comp_wait_frac), not both")
+        self._rule = t_comp_wait_rule
+        self._max_stretch_stage = None if max_stretch_stage is None else check_positive_int(
+            "policy.max_stretch_stage", max_stretch_stage, minimum=0)
         self.max_batch_size = check_positive_int("policy.max_batch_size", max_batch_size)
         if policies is None:
             policies = self.default_policies
@@ -265,6 +317,9 @@ class DVABatch(FrontDoorPolicy):
         super().bind(view)
         prof = view.profile
         self._jobs: dict[tuple[int, int], tuple[float, float]] = {}  # _cluster_job's, by (size, length)
+        self._hosts: dict[tuple[int, int], float] = {}  # _cluster_host's, by (size, length)
+        self._host_serial = (serial_host_cost(getattr(view, "served", None), prof.n_stages) if self.cluster_host_cost
+                             else None)
         if self.max_batch_size > prof.max_batch_size:
             raise ConfigError("policy.max_batch_size",
                               f"{self.max_batch_size} exceeds the table's largest profiled batch size {prof.max_batch_size}")
@@ -288,7 +343,7 @@ class DVABatch(FrontDoorPolicy):
             chosen = []
             if self.has_len and (lengths is None or self.padding_waste >= self.input_threshold):
                 chosen.append("input")
-            if max(self.preferred) >= 2 * min(self.preferred):
+            if operator_diversity(self.preferred):
                 chosen.append("operator")
             if "input" not in chosen:
                 chosen.append("load")
@@ -302,17 +357,31 @@ class DVABatch(FrontDoorPolicy):
         self.saturated = max(self.preferred) == 1 and not self.use_input
         self.serial_front = self._pipeline_flag is None and self._asked is None and self.saturated
         self.pipeline = self._pipeline_flag is not False and not self.serial_front
+        n_st = prof.n_stages
+        self.max_stretch_stage = self._max_stretch_stage
         if self._t_comp_wait is not None:
             self.t_comp_wait_rule, self.t_comp_wait_ms = "fixed", self._t_comp_wait
         elif self.t_comp_wait_frac is not None:
             self.t_comp_wait_rule = "frac"
             self.t_comp_wait_ms = self.t_comp_wait_frac * prof.total(1, self.ref_len)
-        elif self.qos_target_ms is not None:
+        elif self._rule == "none":
+            self.t_comp_wait_rule, self.t_comp_wait_ms = "none", None
+        elif self._rule == "qos":
+            if self.qos_target_ms is None:
+                raise ConfigError("policy.t_comp_wait_rule", '"qos" needs a QoS target ([qos] target_ms or '
+                                                             "policy.qos_target_ms)")
             # per batch: QoS - the time the merged batch still needs, from its oldest query's arrival; bounded by
             # the QoS target itself (a batch whose oldest query has waited that long is never stretched)
             self.t_comp_wait_rule, self.t_comp_wait_ms = "qos", self.qos_target_ms
         else:
-            self.t_comp_wait_rule, self.t_comp_wait_ms = "none", None
+            # the authors' fixed thresholds, derived (see the module docstring): a stage limit of half the stages,
+            # and the time those stages take at the stretch cap
+            if self.max_stretch_stage is None:
+                self.max_stretch_stage = -(-n_st // 2)
+            cap = min(self.max_batch_size, max(self.preferred))
+            self.t_comp_wait_rule = "derived"
+            self.t_comp_wait_ms = left_sum(prof.latency(s_, cap, self.ref_len)
+                                           for s_ in range(min(self.max_stretch_stage, n_st)))
 
     def describe(self) -> dict:
         d = {"name": self.name, "max_batch_size": self.max_batch_size, "split_factor": self.split_factor,
@@ -326,6 +395,10 @@ class DVABatch(FrontDoorPolicy):
         if self.view is not None:
             d.update(policies=list(self.policies), t_comp_wait_rule=RULES[self.t_comp_wait_rule],
                      t_comp_wait_ms=self.t_comp_wait_ms, preferred_batch_sizes=self.preferred)
+            if self.max_stretch_stage is not None:
+                d["max_stretch_stage"] = self.max_stretch_stage
+            if self.use_input:
+                d["cluster_host_cost"] = self.cluster_host_cost and self._host_serial is not None
             if self.t_comp_wait_frac is not None:
                 d["t_comp_wait_frac"] = self.t_comp_wait_frac
             if self.max_queue_delay_ms is not None:
@@ -398,12 +471,25 @@ class DVABatch(FrontDoorPolicy):
             start, k, acc = todo.pop()
             parts: tuple[tuple[int, int], ...] = (*acc, (start, n))  # the last group closed here
             finish = fluid_finish_times([job(e - s, lens[e - 1]) for s, e in parts])
+            if self._host_serial is not None:  # each group's serial host work delays it and the groups after it
+                behind = 0.0
+                for i, (s_, e_) in enumerate(parts):
+                    behind += self._cluster_host(e_ - s_, lens[e_ - 1])
+                    finish[i] += behind
             c = left_sum((e - s) * t for (s, e), t in zip(parts, finish))
             if c < best_cost - EPS:
                 best_cost, best = c, parts
             if k + 1 < self.max_clusters:
                 todo.extend((cut, k + 1, (*acc, (start, cut))) for cut in reversed(cuts) if cut > start)
         return [qs[s:e] for s, e in best]
+
+    def _cluster_host(self, size: int, seq_len: int) -> float:
+        """The serial host work of a batch of ``size`` padded to ``seq_len`` (kept: the stack does not change)."""
+        key = (size, seq_len)
+        got = self._hosts.get(key)
+        if got is None:
+            got = self._hosts[key] = self._host_serial(size, seq_len)
+        return got
 
     def _cluster_job(self, size: int, seq_len: int) -> tuple[float, float]:
         """A cluster of ``size`` queries padded to ``seq_len`` as a job of the fluid model: its standalone time
@@ -485,6 +571,13 @@ class DVABatch(FrontDoorPolicy):
         elif self.t_comp_wait_rule != "none":
             processed = 0.0 if math.isnan(latest.first_start) else now - latest.first_start
             if processed > self.t_comp_wait_ms + time_eps(now):
+                return None
+        if self.max_stretch_stage is not None:
+            front = 0  # the furthest stage the batch has been handed to (a loop: no builtin max compiled)
+            for s_ in range(latest.n_stages):
+                if latest.issued[s_] > 0:
+                    front = s_
+            if front >= self.max_stretch_stage:
                 return None
         queries = self.take(room)
         splittable = False
@@ -603,6 +696,31 @@ def fluid_finish_times(jobs: list[tuple[float, float]]) -> list[float]:
                 done[k] = now
                 active.discard(k)
     return done
+
+
+def serial_host_cost(served, n_stages: int):
+    """The host work a batch's launches do one at a time on the stack (``served``, a resolved serving stack): a
+    function ``(rows, seq_len) -> ms``, or None where the stack adds no serial host work (gpu-only, a host without an
+    interpreter lock). It is the work that holds the interpreter lock: each stage launch's Python-level copies and
+    overhead (``HostModel.locked``), the launch itself for eager modules (``locks_launch``), and the batch's entry
+    when the serving loop is Python (``BatchCosts.python_level``). Launches on their own cores run side by side
+    and are not counted."""
+    host = getattr(served, "host", None)
+    batch = getattr(served, "batch", None)
+    if host is None:
+        return None
+    entry = batch is not None and getattr(batch, "python_level", False)
+    if not entry and not host.locks_launch and host.python_ms <= 0 and not any(host.copy_ms) \
+            and not any(host.copy_per_row_ms):
+        return None
+
+    def cost(rows: int, seq_len: int) -> float:
+        L = seq_len if seq_len else None
+        t = left_sum(host.locked(s, rows) + (host.launch(s, rows, L) if host.locks_launch else 0.0)
+                     for s in range(n_stages))
+        return t + (batch.entry_host_ms(rows, L) if entry else 0.0)
+
+    return cost
 
 
 def _mean_demand(prof, bs, seq_len) -> float:

@@ -45,11 +45,12 @@ class TritonDynamicBatcher(FrontDoorPolicy):
     # (ClassVar: a subclass's own value is read, compiled too; a plain class attribute would become an instance
     # attribute of the compiled class, its default the base's)
     default_delay_ms: ClassVar[float] = 0.0
+    # the release's instance pipeline (dvasim.policies.triton_release), made at bind; None: the idealised batcher
+    _instances: Any
 
     def __init__(self, max_batch_size=64, preferred_batch_size=None, max_queue_delay_ms=None):
         super().__init__()
-        # the release's instance pipeline (dvasim.policies.triton_release), made at bind; None: the idealised batcher
-        self._instances: Any = None
+        self._instances = None
         self.max_batch_size = check_positive_int("policy.max_batch_size", max_batch_size)
         if preferred_batch_size is None:
             preferred = []

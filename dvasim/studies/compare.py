@@ -93,6 +93,24 @@ def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, 
                   f"vs DelayBatch {row.iloc[1]:6.1f}% | {pdl:4.1f}%", file=file)
 
 
+def print_built(red: pd.DataFrame, calib: pd.DataFrame, file) -> None:
+    """DVABatch as its authors built it (``dvabatch-built``): its average reductions over the models against each
+    baseline, beside the paper's, and its peak against DelayBatch's."""
+    print("\nDVABatch as built (dvabatch-built: the authors' backend, Triton's batcher in front), average reduction "
+          "over models (ours | paper):", file=file)
+    for metric, label in (("mean_latency_ms", "mean"), ("p99_latency_ms", "p99")):
+        avg = red.groupby("load")[[f"vs_zerobatch_%_{label}", f"vs_delaybatch_%_{label}"]].mean()
+        avg = avg.reindex([x for x in study.LOADS if x in avg.index])
+        for i, (load, row) in enumerate(avg.iterrows()):
+            pz, pdl = PAPER[metric]["zerobatch"][i], PAPER[metric]["delaybatch"][i]
+            print(f"  {label:>4} {load:>6}: vs ZeroBatch {row.iloc[0]:6.1f}% | {pz:4.1f}%   "
+                  f"vs DelayBatch {row.iloc[1]:6.1f}% | {pdl:4.1f}%", file=file)
+    if "peak_qps_dvabatch-built" in calib.columns:
+        cols = ["model", "peak_qps_delaybatch", "peak_qps_dvabatch", "peak_qps_dvabatch-built"]
+        print("\npeak throughput (qps) of DelayBatch and of DVABatch as described and as built:", file=file)
+        print(calib[[c for c in cols if c in calib.columns]].round(1).to_string(index=False), file=file)
+
+
 def _reduction_cells(red: pd.DataFrame, label: str) -> pd.DataFrame:
     """DVABatch's reductions (``label``: mean or p99) per (model, load): the numbers; over several seeds each is
     ``38.2 [35.1, 41.3]`` (its interval) or ``tie (1.2)`` where the difference is within the intervals

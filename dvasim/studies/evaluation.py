@@ -15,7 +15,8 @@ Definitions (ours where the paper is silent):
 * **DelayBatch's window** is tuned for the highest peak throughput (ties: the smaller window) over windows that
   are multiples of the model's latency at batch size 1.
 
-**Variants** (:data:`VARIANTS`): besides the paper's three systems, every load also runs Triton with two model
+**Variants** (:data:`VARIANTS`): besides the paper's three systems and DVABatch as its authors built it
+(``dvabatch-built``, :mod:`dvasim.policies.dvabatch_built`), every load also runs Triton with two model
 instances (``zerobatch-x2``, ``delaybatch-x2``: ``[engine] instances = 2``, Triton's ``instance_group`` count 2),
 DVABatch behind DelayBatch's tuned window (``dvabatch-window``), and DVABatch's cumulative ablations:
 ``dva-multientry`` (``policies = []``: batches enter the pipeline whenever the first stage takes them, no stretch,
@@ -54,6 +55,7 @@ MODELS: dict[str, dict[str, Any]] = {
     "linknet": {"stages": 4},
 }
 POLICIES = ("zerobatch", "delaybatch", "dvabatch")  # the paper's three systems
+DVA_SYSTEMS = ("dvabatch", "dvabatch-built")  # DVABatch as described (§7) and as its authors built it
 WINDOW = "tuned"  # placeholder in a variant's policy: DelayBatch's tuned window of the model
 MATCH_TOLERANCE = 0.02  # a baseline "matches" DVABatch when its mean latency is at most 2% above DVABatch's
 
@@ -84,6 +86,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("zerobatch", {"name": "zerobatch"}, doc="Triton, no batch window", whole=True),
     Variant("delaybatch", _DELAY, doc="Triton, window tuned for peak throughput", whole=True),
     Variant("dvabatch", {"name": "dvabatch"}, doc="DVABatch, policies identified from the table (§7.1)"),
+    Variant("dvabatch-built", {"name": "dvabatch-built"},
+            doc="DVABatch as its authors' backend schedules it (github sjtu-epcc/DVABatch), behind Triton's batcher"),
     Variant("zerobatch-x2", {"name": "zerobatch"}, {"instances": 2}, doc="ZeroBatch, two model instances",
             whole=True),
     Variant("delaybatch-x2", _DELAY, {"instances": 2}, doc="DelayBatch, two model instances", whole=True),
@@ -396,8 +400,8 @@ def compare(models: Iterable[str] = tuple(MODELS), *, n_queries: int = 5000, see
     models = list(models)
     labels = list(DEFAULT_LABELS) if policies is None else list(policies)
     per_model = {m: variants_for(m, labels, device) for m in models}
-    want_dva_peak = "dvabatch" in labels
-    total = sum(1 + 1 + int(want_dva_peak) + 3 * len(per_model[m]) * seeds for m in models)
+    want_dva_peak = tuple(p for p in DVA_SYSTEMS if p in labels)  # the DVABatch systems whose peaks are found
+    total = sum(1 + 1 + len(want_dva_peak) + 3 * len(per_model[m]) * seeds for m in models)
     bar = progress_bar(total, enabled=progress, desc="compare", unit="step")  # drawn only on a terminal
     if peak not in ("stepping", "capacity"):
         raise ValueError(f"peak must be 'stepping' or 'capacity', got {peak!r}")
@@ -434,7 +438,7 @@ class _CompareJobs:
         self.tune_kw = {**delay_kw, **peak_kw}
         self.candidates = {m: window_candidates(m, self.tune_kw.get("device", "titanrtx"))
                            for m in models if m not in self.window}
-        self.n_jobs = sum(map(len, self.candidates.values())) + len(models) * (1 + int(want_dva_peak)) + n
+        self.n_jobs = sum(map(len, self.candidates.values())) + len(models) * (1 + len(want_dva_peak)) + n
         self.jobs: Any = None  # the _Jobs while the study runs
 
     def run(self, workers: int) -> None:
@@ -448,9 +452,9 @@ class _CompareJobs:
                 for w in windows:
                     job = _window_job(m, w, 2, self.tune_kw)
                     self.jobs.submit(_peak_job, job, partial(self._tried, m, windows, w))
-            if self.want_dva_peak:
-                self.jobs.submit(_peak_job, (m, {"name": "dvabatch"}, {**self.peak_kw, "refine": self.refine}),
-                                 partial(self._peaked, m, "dvabatch"))
+            for system in self.want_dva_peak:
+                self.jobs.submit(_peak_job, (m, {"name": system}, {**self.peak_kw, "refine": self.refine}),
+                                 partial(self._peaked, m, system))
         self.jobs.run()
 
     def _tried(self, model: str, windows: list[float], window: float, found) -> None:
@@ -495,12 +499,16 @@ class _CompareJobs:
         stages = self.delay_kw.get("stages")
         for m in self.models:
             peak_delay = self.peak[(m, "delaybatch")][0]
-            peak_dva = self.peak[(m, "dvabatch")][0] if self.want_dva_peak else math.nan
-            calib.append({"model": m, "stages": MODELS[m]["stages"], "baseline_stages": stages or MODELS[m]["stages"],
-                          "delaybatch_window_ms": self.window[m],
-                          "peak_qps_delaybatch": peak_delay, "peak_qps_dvabatch": peak_dva,
-                          "peak_gain_%": 100.0 * (peak_dva / peak_delay - 1.0)})
-            for pol in ("delaybatch", "dvabatch") if self.want_dva_peak else ("delaybatch",):
+            peak_dva = self.peak[(m, "dvabatch")][0] if "dvabatch" in self.want_dva_peak else math.nan
+            row = {"model": m, "stages": MODELS[m]["stages"], "baseline_stages": stages or MODELS[m]["stages"],
+                   "delaybatch_window_ms": self.window[m],
+                   "peak_qps_delaybatch": peak_delay, "peak_qps_dvabatch": peak_dva,
+                   "peak_gain_%": 100.0 * (peak_dva / peak_delay - 1.0)}
+            if "dvabatch-built" in self.want_dva_peak:  # (columns only when run: the default study's are as before)
+                built = self.peak[(m, "dvabatch-built")][0]
+                row.update({"peak_qps_dvabatch-built": built, "peak_gain_built_%": 100.0 * (built / peak_delay - 1.0)})
+            calib.append(row)
+            for pol in ("delaybatch", *self.want_dva_peak):
                 if not math.isfinite(self.peak[(m, pol)][1][1]):
                     at_top.append(f"{m}:{pol}")
         df = pd.DataFrame(calib)
@@ -544,20 +552,20 @@ def over_seeds_rows(rows: list[dict[str, Any]], seeds: list[int], confidence: fl
     return df
 
 
-def reductions(results: pd.DataFrame, metric: str = "mean_latency_ms") -> pd.DataFrame:
-    """DVABatch's reduction of ``metric`` against each baseline, per model and load (positive = better; NaN where
-    a policy was not run)."""
+def reductions(results: pd.DataFrame, metric: str = "mean_latency_ms", system: str = "dvabatch") -> pd.DataFrame:
+    """DVABatch's (``system``: ``dvabatch``, or ``dvabatch-built``) reduction of ``metric`` against each baseline,
+    per model and load (positive = better; NaN where a policy was not run)."""
     piv = results.pivot_table(index=["model", "load"], columns="policy", values=metric)
     out = pd.DataFrame(index=piv.index)
-    dva = piv["dvabatch"] if "dvabatch" in piv.columns else math.nan
+    dva = piv[system] if system in piv.columns else math.nan
     for base in ("zerobatch", "delaybatch"):
         out[f"vs_{base}_%"] = 100.0 * (1.0 - dva / piv[base]) if base in piv.columns else math.nan
     if f"{metric}_lo" in results.columns:  # runs over several seeds: each reduction's interval and its tie
-        _reduction_intervals(results, metric, out)
+        _reduction_intervals(results, metric, out, system)
     return out.reset_index()
 
 
-def _reduction_intervals(results: pd.DataFrame, metric: str, out: pd.DataFrame) -> None:
+def _reduction_intervals(results: pd.DataFrame, metric: str, out: pd.DataFrame, system: str = "dvabatch") -> None:
     """``vs_<base>_%_lo`` / ``_hi`` (DVABatch's reduction's interval: the two intervals' half-widths in quadrature,
     :func:`dvasim.reporting.intervals.relative_difference`) and ``vs_<base>_tie`` (the difference within it,
     :func:`dvasim.reporting.intervals.tie`), per (model, load) of ``out``, in place."""
@@ -571,7 +579,7 @@ def _reduction_intervals(results: pd.DataFrame, metric: str, out: pd.DataFrame) 
     for base in ("zerobatch", "delaybatch"):
         cells = []  # (lo, hi, tie) of each (model, load)
         for model, load in out.index:
-            a, b = ivs.get((model, load, "dvabatch")), ivs.get((model, load, base))
+            a, b = ivs.get((model, load, system)), ivs.get((model, load, base))
             if a is None or b is None:
                 cells.append((math.nan, math.nan, math.nan))
                 continue

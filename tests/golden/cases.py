@@ -98,6 +98,21 @@ for pname, pol in (("zerobatch", {"name": "zerobatch", "max_batch_size": 8}),
         CASES[f"dyadic-{pname}-{sharing}-inst{inst}-closed"] = _case(
             DYADIC, pol, {"kind": "closed", "clients": 6, "n_queries": 120}, sharing=sharing, instances=inst)
 
+# Triton's instance pipeline by release (issue 33): payloads formed ahead, frozen (21.10) or growing (current),
+# merged at dequeue, TensorRT's inputs-consumed release; and DVABatch as its authors' backend schedules it
+LINK = {"name": "linknet", "device": "titanrtx", "stages": 4}
+for release in ("21.10", "current"):
+    for pname in ("zerobatch", "delaybatch"):
+        case = _case(RESNET, POLICIES[pname], _poisson(330.0, seed=5), instances=2 if release == "current" else 1)
+        case["server"]["triton_release"] = release
+        CASES[f"resnet152-{pname}-r{release}"] = case
+_waves = {"kind": "explicit", "arrivals_ms": [float(40 * (k // 50) + k % 50 * 0.01) for k in range(300)]}
+for tag, model, wl, mbs in (("vgg19", VGG, _poisson(300.0, seed=7), 32), ("linknet", LINK, _waves, 64),
+                            ("bert2", BERT2, _poisson(300.0, seed=7, seq_len_dist="glue:RTE"), 32)):
+    case = _case(model, {"name": "dvabatch-built", "max_batch_size": mbs}, wl)
+    case["server"]["triton_release"] = "21.10"
+    CASES[f"{tag}-dvabatch-built"] = case
+
 # columns compared (every timestamp and identity of a query's record)
 COLUMNS = ("query_id", "arrival_ms", "seen_ms", "admitted_ms", "start_ms", "finish_ms", "seq_len", "batch_id",
            "exit_batch_id", "exit_batch_size")

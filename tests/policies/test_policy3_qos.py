@@ -34,7 +34,8 @@ def ramp_csv(tmp_path):
 
 
 def run_ramp(table_path, qos_ms, sharing="exclusive", **policy):
-    cfg = {"model": {"table": table_path}, "policy": {"name": "dvabatch", "max_batch_size": 4, **policy},
+    cfg = {"model": {"table": table_path}, "policy": {"name": "dvabatch", "max_batch_size": 4,
+                                                       **({"t_comp_wait_rule": "qos"} if not policy else {}), **policy},
            "workload": {"kind": "explicit", "arrivals_ms": ARRIVALS}, "qos": {"target_ms": qos_ms},
            "engine": {"sharing": sharing}}
     return dvasim.run(cfg, progress=False)
@@ -61,7 +62,7 @@ def test_hand_computed_merge_finish_is_the_policys_estimate():
         seen.append((now, batch.bs, len(newcomers), got))
         return got
 
-    pol = spied_dvabatch({"max_batch_size": 4}, spy)
+    pol = spied_dvabatch({"max_batch_size": 4, "t_comp_wait_rule": "qos"}, spy)
     pipe = Pipeline(RAMP, pol, 2, qos_target_ms=MARGIN)
     res = simulate(pipe, ARRIVALS, [1, 1, 1], sharing="exclusive")
     assert res.stuck is None
@@ -132,14 +133,41 @@ def test_both_overrides_at_once_are_refused():
         make_policy("dvabatch", {"t_comp_wait_ms": 1.0, "t_comp_wait_frac": 0.25})
 
 
-def test_without_a_qos_target_every_stretch_is_allowed():
-    """A pipeline built without a QoS target (dvasim.run always has one): the rule is 'none', the stretch is made."""
+def test_the_derived_default_needs_no_qos_target_and_stretches_within_its_limits():
+    """The default rule (the authors' fixed thresholds, derived): RAMP's stages all prefer batch 4, so the stage
+    limit is ceil(4 / 2) = 2 and T_comp_wait the time of stages 0 and 1 at batch 4, 1.75 + 1.75 = 3.5 ms. At 1.5
+    query 0 has been processed 1.5 ms and handed to stage 1 (< 2): the stretch is made, as with the QoS rule."""
     pol = make_policy("dvabatch", {"max_batch_size": 4})
     pipe = Pipeline(RAMP, pol, 2)
     res = simulate(pipe, ARRIVALS, [1, 1, 1], sharing="exclusive")
-    assert pol.describe()["t_comp_wait_rule"].startswith("none") and pol.describe()["t_comp_wait_ms"] is None
+    d = pol.describe()
+    assert d["t_comp_wait_rule"].startswith("derived") and d["t_comp_wait_ms"] == pytest.approx(3.5)
+    assert d["max_stretch_stage"] == 2
     assert pipe.table.counts["n_stretch"] == 1
     assert [q.finish for q in res.queries] == pytest.approx([7.5, 7.5, 7.5])
+
+
+@pytest.mark.parametrize("arrive, params, stretched", [
+    (2.5, {}, False),  # query 0 handed to stage 2 at 2.0: not below the stage limit 2
+    (1.9, {}, True),  # still in stage 1
+    (2.5, {"max_stretch_stage": 3}, True),  # T_comp_wait 5.25 ms, stage 2 < 3
+    (2.5, {"max_stretch_stage": 3, "t_comp_wait_ms": 2.4}, False),  # processed 2.5 ms > 2.4
+    (2.5, {"max_stretch_stage": 3, "t_comp_wait_ms": 2.6}, True),
+])
+def test_the_derived_rule_at_its_boundaries(arrive, params, stretched):
+    pol = make_policy("dvabatch", {"max_batch_size": 4, **params})
+    pipe = Pipeline(RAMP, pol, 2)
+    simulate(pipe, [0.0, arrive], [1, 1], sharing="exclusive")
+    assert pipe.table.counts["n_stretch"] == int(stretched)
+
+
+def test_the_rule_and_a_fixed_wait_are_exclusive():
+    with pytest.raises(ConfigError, match="policy.t_comp_wait_rule"):
+        make_policy("dvabatch", {"t_comp_wait_rule": "qos", "t_comp_wait_ms": 1.0})
+    with pytest.raises(ConfigError, match="policy.t_comp_wait_rule"):
+        make_policy("dvabatch", {"t_comp_wait_rule": "fast"})
+    with pytest.raises(ConfigError, match="policy.t_comp_wait_rule"):
+        Pipeline(RAMP, make_policy("dvabatch", {"max_batch_size": 4, "t_comp_wait_rule": "qos"}), 2)
 
 
 def test_a_sufficient_batch_is_not_stretched(tmp_path):
@@ -172,7 +200,8 @@ def _scenario(rng):
 
 
 def _run(table, arrivals, qos):
-    pol = make_policy("dvabatch", {"max_batch_size": 8, "policies": ["load"]})
+    rule = "qos" if qos is not None else "none"  # none: every stretch allowed (forced)
+    pol = make_policy("dvabatch", {"max_batch_size": 8, "policies": ["load"], "t_comp_wait_rule": rule})
     pipe = Pipeline(table, pol, 2, qos_target_ms=qos)
     res = simulate(pipe, arrivals, [1] * len(arrivals), sharing="exclusive")
     assert res.stuck is None
@@ -183,7 +212,7 @@ def test_property_a_stretch_never_makes_its_batch_miss_the_qos_on_the_exclusive_
     """On one instance of the exclusive (sequential) device, where the table's times are exact, with the stretched
     batch alone in the pipeline: under the default rule (1) every query of a stretched batch meets the QoS
     target, and (2) the rule refuses exactly the stretches that would make the batch miss it: a refused stretch,
-    made anyway (no QoS target: every stretch allowed), would leave the batch's oldest query over the target.
+    made anyway (t_comp_wait_rule "none": every stretch allowed), would leave the batch's oldest query over the target.
     The targets are drawn around the forced stretch's own margin, so both answers occur."""
     rng = random.Random(20)
     made = refused = 0
@@ -235,7 +264,7 @@ def test_property_several_stretches_of_one_batch_exact_on_the_exclusive_device()
                 estimate[batch.bid] = got
             return got
 
-        pol = spied_dvabatch({"max_batch_size": 8, "policies": ["load"]}, spy)
+        pol = spied_dvabatch({"max_batch_size": 8, "policies": ["load"], "t_comp_wait_rule": "qos"}, spy)
         pipe = Pipeline(table, pol, rng.randint(1, 3), qos_target_ms=qos)
         res = simulate(pipe, arrivals, [1] * len(arrivals), sharing="exclusive")
         assert res.stuck is None

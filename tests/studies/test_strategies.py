@@ -31,8 +31,9 @@ def summary(model, rate, **policy):
 
 @pytest.fixture(scope="module")
 def vgg_default():
-    """vgg19, 4 stages, 400 qps (the golden case vgg19-dvabatch-fluid): the default both stretches and splits."""
-    r = dvasim.run(cfg(VGG, 400.0))
+    """linknet, 4 stages, 1400 qps: the default both stretches and splits (operator and load diversity, §8.1;
+    VGG19, the case before issue 33, is load diversity only now)."""
+    r = dvasim.run(cfg(LINKNET, 1400.0))
     assert r.config["policy"]["policies"] == ["operator", "load"]
     assert r.summary["n_stretch"] > 0 and r.summary["n_split"] > 0
     return r
@@ -42,12 +43,12 @@ def test_default_flags_change_nothing(vgg_default):
     """None (not given) is today's behaviour, query for query; and True where §7.1 already picks the operation."""
     base = vgg_default.queries
     for flags in ({"stretch": None, "split": None, "pipeline": None}, {"stretch": True, "split": True, "pipeline": True}):
-        r = dvasim.run(cfg(VGG, 400.0, **flags))
+        r = dvasim.run(cfg(LINKNET, 1400.0, **flags))
         assert np.array_equal(r.queries["finish_ms"].to_numpy(), base["finish_ms"].to_numpy())
         assert r.summary["n_stretch"] == vgg_default.summary["n_stretch"]
     # resolved configs of the defaults are unchanged: the flags appear only when given
     assert not {"stretch", "split", "pipeline"} & set(vgg_default.config["policy"])
-    assert dvasim.run(cfg(VGG, 400.0, split=False)).config["policy"]["split"] is False
+    assert dvasim.run(cfg(LINKNET, 1400.0, split=False)).config["policy"]["split"] is False
     # a second config: resnet152 with two instances (the golden case resnet152-dvabatch-pairs2-inst2)
     res = {"name": "resnet152", "device": "titanrtx", "stages": 3}
     a = dvasim.run({**cfg(res, 300.0, seed=5), "engine": {"progress": False, "instances": 2}})
@@ -56,14 +57,14 @@ def test_default_flags_change_nothing(vgg_default):
 
 
 def test_stretch_false_never_stretches(vgg_default):
-    s = summary(VGG, 400.0, stretch=False)
+    s = summary(LINKNET, 2000.0, stretch=False)  # (at 1400 qps only stretched batches grow large enough to split)
     assert s["n_stretch"] == 0 and s["n_stretch_started"] == 0
     assert s["n_split"] > 0  # splitting is still on
     assert s["n_completed"] == 300
 
 
 def test_split_false_never_splits(vgg_default):
-    s = summary(VGG, 400.0, split=False)
+    s = summary(LINKNET, 1400.0, split=False)
     assert s["n_split"] == 0 and s["n_stretch"] > 0 and s["n_completed"] == 300
 
 
