@@ -58,9 +58,12 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="fig15_peaks.csv giving each model's tuned DelayBatch window (and peaks)")
     p.add_argument("--models", nargs="+", default=None, help="subset of the models")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dva", choices=("dvabatch", "dvabatch-built"), default="dvabatch",
+                   help="which DVABatch the script's runs of it are: as the paper describes it (dvabatch, default) "
+                        "or as its authors' backend runs it (dvabatch-built; see dva_policy)")
     p.add_argument("--stack", default=None,
                    help="the serving stack every run simulates (dvasim stacks lists them; default: the one the "
-                        "tables imply, the paper's own: triton-tensorrt for the Titan RTX and A100 tables); "
+                        "tables imply, the paper's own: triton-tensorrt-21.10 for the Titan RTX tables, triton-tensorrt for the A100's); "
                         "gpu-only for the GPU alone")
     return p
 
@@ -73,6 +76,7 @@ def parse(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
         stack_by_name(args.stack, "--stack")  # one line naming --stack if unknown
     args.out = Path(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
+    DVA["system"] = getattr(args, "dva", "dvabatch")
     if getattr(args, "quick", False):
         # a quick run is a smoke test: short loads and few queries, not the paper's setup; say so wherever its
         # numbers appear (printed tables, and a marker next to its files)
@@ -84,6 +88,30 @@ def parse(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
 
 QUICK_BANNER = ("[quick run: a smoke test with short loads and few queries; its numbers are not comparable with the "
                 "paper's or with the full runs in experiments/results]")
+
+
+# ----------------------------------------------------------------------------- which DVABatch
+DVA = {"system": "dvabatch"}  # set by parse() from --dva
+
+
+def dva_policy(policy: dict[str, Any]) -> dict[str, Any]:
+    """A script's DVABatch policy as the ``--dva`` system runs it. ``dvabatch`` (as described): unchanged.
+    ``dvabatch-built`` (as its authors built it, :mod:`dvasim.policies.dvabatch_built`): ``dvabatch`` becomes
+    ``dvabatch-built`` with the same Triton window and batch limit (its scheduler the paper's for the model),
+    ``dvabatch-split`` (Figure 18's split only) the OPERATOR_DVA scheduler with stretch off
+    (``max_allow_merge_stage = 0``); every other policy is unchanged."""
+    name = policy.get("name")
+    if DVA["system"] == "dvabatch" or name not in ("dvabatch", "dvabatch-split"):
+        return policy
+    out = {"name": "dvabatch-built", **{k: policy[k] for k in ("max_queue_delay_ms", "max_batch_size") if k in policy}}
+    if name == "dvabatch-split":
+        out.update(scheduler="OPERATOR_DVA", max_allow_merge_stage=0)
+    return out
+
+
+def make_config(model: str, policy: dict[str, Any], workload: dict[str, Any], **cfg_kw) -> dict[str, Any]:
+    """:func:`dvasim.studies.evaluation.make_config` with the ``--dva`` system's DVABatch (:func:`dva_policy`)."""
+    return study.make_config(model, dva_policy(policy), workload, **cfg_kw)
 
 
 # ----------------------------------------------------------------------------- peak throughput
@@ -146,7 +174,7 @@ def peak(model: str, policy: dict[str, Any], *, quick: bool = False, cap_qps: fl
     spec = stepping_spec(quick, cap_qps, step_queries)
     while True:
         wl = {"kind": "stepping", "seed": seed, **spec}
-        res = study.run_config(study.make_config(model, policy, wl, **cfg_kw))
+        res = study.run_config(make_config(model, policy, wl, **cfg_kw))
         rates = stepping_rates(**spec)
         df = res.queries.assign(offered_qps=rates)
         levels = study.level_stats(df, rates)
@@ -160,7 +188,7 @@ def peak(model: str, policy: dict[str, Any], *, quick: bool = False, cap_qps: fl
         for k in range(refine):
             mid = math.sqrt(max(lo, 1.0) * hi) if lo > 0 else hi / 2
             wl = {"kind": "poisson", "rate_qps": mid, "n_queries": refine_queries, "seed": seed + 1 + k}
-            r = study.run_config(study.make_config(model, policy, wl, **cfg_kw))
+            r = study.run_config(make_config(model, policy, wl, **cfg_kw))
             p99 = float(np.percentile(r.queries["latency_ms"].fillna(np.inf).to_numpy(), 99))
             ok = p99 <= study.QOS_MS
             probes.append((mid, p99, ok))
@@ -246,7 +274,7 @@ def poisson(model: str, policy: dict[str, Any], rate_qps: float, n_queries: int,
     """Summary of one Poisson run (unfinished queries: NaN latencies are excluded by the summary and counted in
     ``n_completed``)."""
     wl = {"kind": "poisson", "rate_qps": float(rate_qps), "n_queries": int(n_queries), "seed": seed}
-    r = study.run_config(study.make_config(model, policy, wl, **cfg_kw))
+    r = study.run_config(make_config(model, policy, wl, **cfg_kw))
     s = r.summary
     return {"stack": s["stack"], "mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
             "throughput_qps": s["throughput_qps"], "qos_violation_rate": s["qos_violation_rate"],

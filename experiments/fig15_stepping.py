@@ -11,7 +11,7 @@ Writes ``fig15_peaks.csv`` (one row per model; usable as ``--calib-from`` by the
 stepping level), ``fig15_queries.csv.gz`` (every 4th query of the stepping runs), ``fig15_stepping.png`` and
 ``fig15_peaks.png``.
 
-Every run serves on ``--stack`` (default: the stack the Titan RTX tables imply, ``triton-tensorrt``, the paper's
+Every run serves on ``--stack`` (default: the stack the Titan RTX tables imply, ``triton-tensorrt-21.10``, the paper's
 Triton + TensorRT); every CSV has a ``stack`` column and the figures name it.
 
     .venv/bin/python experiments/fig15_stepping.py [--quick] [--out DIR] [--window-from fig15_peaks.csv] [--stack NAME]

@@ -12,7 +12,7 @@ QoS): a lower bound, not a measured peak (DelayBatch's peaks never reach it here
 
 Writes ``fig17_glue.csv`` (one row per model and task) and ``fig17_glue.png``.
 
-Every run serves on ``--stack`` (default: ``triton-tensorrt``, the stack the Titan RTX tables imply); a
+Every run serves on ``--stack`` (default: ``triton-tensorrt-21.10``, the stack the Titan RTX tables imply); a
 ``--calib-from`` CSV must come from the same stack.
 
     .venv/bin/python experiments/fig17_glue.py [--quick] [--out DIR] [--calib-from fig15_peaks.csv] [--stack NAME]

@@ -10,7 +10,7 @@ mean over ``--seeds`` Poisson runs of ``--queries`` queries.
 Writes ``fig18_split.csv`` (one row per model, load, policy, seed), ``fig18_split_mean.csv`` (averaged over the
 seeds, with the reductions vs DelayBatch) and ``fig18_split.png``.
 
-Every run serves on ``--stack`` (default: ``triton-tensorrt``, the stack the Titan RTX tables imply); a
+Every run serves on ``--stack`` (default: ``triton-tensorrt-21.10``, the stack the Titan RTX tables imply); a
 ``--calib-from`` CSV must come from the same stack.
 
     .venv/bin/python experiments/fig18_split.py [--quick] [--out DIR] [--calib-from fig15_peaks.csv] [--stack NAME]

@@ -7,7 +7,7 @@ queueing noise). One buffer pair is the serial manner: the stages run one at a t
 
 Writes ``fig19_buffer_pairs.csv`` and ``fig19_buffer_pairs.png``.
 
-Every run serves on ``--stack`` (default: ``triton-tensorrt``, the stack the Titan RTX tables imply); a
+Every run serves on ``--stack`` (default: ``triton-tensorrt-21.10``, the stack the Titan RTX tables imply); a
 ``--calib-from`` CSV must come from the same stack.
 
     .venv/bin/python experiments/fig19_buffer_pairs.py [--quick] [--out DIR] [--calib-from fig15_peaks.csv] [--stack NAME]

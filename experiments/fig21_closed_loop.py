@@ -50,8 +50,8 @@ PAPER_OVERHEAD_MS = 0.29
 
 def closed(model: str, policy: dict, stages: int, x: float, n: int, seed: int, stack: str | None = None) -> dict:
     wl = {"kind": "closed", "clients": 1, "n_queries": n, "think_ms": 0.0, "seed": seed}
-    r = study.run_config(study.make_config(model, policy, wl, stages=stages, engine={"launch_overhead_ms": x},
-                                           stack=stack))
+    r = study.run_config(common.make_config(model, policy, wl, stages=stages, engine={"launch_overhead_ms": x},
+                                            stack=stack))
     s = r.summary
     return {"stack": s["stack"], "mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
             "n_completed": s["n_completed"], "mean_exit_batch_size": s["mean_exit_batch_size"]}

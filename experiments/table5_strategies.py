@@ -27,7 +27,7 @@ Every point is the mean over ``--seeds`` Poisson runs of ``--queries`` queries. 
 ``table5_strategies_runs.csv`` (one row per seed) and ``table5_strategies.png`` (one panel per model), and prints
 the table in Table 5's layout and a comparison of the orderings at high load with the paper's.
 
-Every run serves on ``--stack`` (default: ``triton-tensorrt``, the stack the Titan RTX tables imply); the CSVs have
+Every run serves on ``--stack`` (default: ``triton-tensorrt-21.10``, the stack the Titan RTX tables imply); the CSVs have
 a ``stack`` column and the figure names it.
 
     .venv/bin/python experiments/table5_strategies.py [--quick] [--out DIR] [--queries N] [--seeds K] [--stack NAME]

@@ -17,7 +17,7 @@ study's 200 ms target) and ZeroBatch.
 
 ``--behind-window`` puts DVABatch behind DelayBatch's tuned window (the calibration's ``delaybatch_window_ms``;
 the paper's Figure 3 Case III has such a window) and adds the suffix ``_window`` to the file names. ``--stack``
-runs everything on one serving stack (default: the one each table implies, ``triton-tensorrt`` for the Titan RTX
+runs everything on one serving stack (default: the one each table implies, ``triton-tensorrt-21.10`` for the Titan RTX
 tables); the CSVs name it in a ``stack`` column.
 
 Writes ``tcomp_wait_sweep.csv`` (one row per model, load and frac; the reference rows have ``run =

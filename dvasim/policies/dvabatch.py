@@ -137,7 +137,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dvasim.core.arith import int_sum, left_sum
 from dvasim.core.compiling import mypyc_attr
@@ -219,6 +219,8 @@ class DVABatch(FrontDoorPolicy):
     The rest of this docstring is the mechanism's: see the module docstring."""
 
     name = "dvabatch"
+    # Policy I's serial host work of a cluster, (rows, length) -> ms, or None (dvasim.policies.dvabatch.serial_host_cost)
+    _host_serial: Any
     params = {
         "max_batch_size": "bs_max: the largest batch, and the most queries active in the pipeline (Policy I)",
         "policies": 'which diversities to handle: a list of "input", "operator", "load" (default: identified from '

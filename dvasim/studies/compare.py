@@ -4,7 +4,7 @@ that reduction comes from (DVABatch's cumulative ablations) and how Triton with 
 
 Every run names its serving stack (:mod:`dvasim.server`): ``--stack NAME`` runs them all on that stack, ``--engine
 ENGINE.toml`` with an engine file from ``dvasim fit``; by default each model runs on the stack its table implies
-(the Titan RTX tables: ``triton-tensorrt``). The tables, ``compare.csv`` and ``calibration.csv`` have a ``stack``
+(the Titan RTX tables: ``triton-tensorrt-21.10``, Triton 21.10's rules). The tables, ``compare.csv`` and ``calibration.csv`` have a ``stack``
 column, and the figures' titles name the stacks.
 
 With ``--seeds K`` every (model, load, policy) run is repeated over K seeds: ``compare.csv`` holds the mean over
