@@ -72,7 +72,10 @@ here, never fitted to a figure:
   the table: a length dimension ``INPUT_DVA``, stages whose preferred sizes differ by 2x or more ``OPERATOR_DVA``,
   else ``LOAD_DVA``.
 
-One model instance (each instance of the code has its own scheduler and batch table, lego.cc:656-666).
+* Triton's instance count -- one: the paper states none, Triton's default without an ``instance_group`` is one
+  instance per GPU (the DVABatch experiments use one Titan RTX), and each instance of the code has its own
+  scheduler and batch table (lego.cc:656-666), so a stretch never crosses instances; ``[engine] instances`` other
+  than 1 is refused.
 """
 
 from __future__ import annotations

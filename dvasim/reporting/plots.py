@@ -102,6 +102,7 @@ PALETTE: dict[str, str] = {
     "zerobatch-x2": "#a1c1e6",
     "delaybatch-x2": "#f4c29a",
     "dvabatch-window": "#8c4a9e",
+    "dvabatch-built": "#7a1f22",  # DVABatch as its authors built it: a darker DVABatch red
     "dva-multientry": "#c7e9c0",
     "dva+stretch": "#74c476",
     "dva+split": "#31a354",
