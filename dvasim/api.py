@@ -89,15 +89,18 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
 
 def _engine(parts: _Parts, cfg: dict[str, Any]) -> Callable:
     """The engine call for these parts, less the arrivals and options: one pipeline on one device, or with
-    ``[cluster] replicas > 1`` the replicas behind their router (:mod:`dvasim.engines.sim.cluster`)."""
-    if len(parts.pipelines) == 1:
+    ``[cluster] replicas > 1`` -- or one replica behind a network delay (issue 34: every ``[cluster]`` key acts at
+    every replica count) -- the replicas behind their router (:mod:`dvasim.engines.sim.cluster`)."""
+    cl = cfg.get("cluster", {})
+    delay = cl.get("network_delay_ms", 0.0)
+    delayed = any(float(d) != 0.0 for d in delay) if isinstance(delay, (list, tuple)) else float(delay or 0.0) != 0.0
+    if len(parts.pipelines) == 1 and not delayed:
         from dvasim.engines.sim.engine import simulate
 
         return partial(simulate, parts.pipeline)
     from dvasim.engines.sim.cluster import simulate_cluster
     from dvasim.server.router import make_router
 
-    cl = cfg["cluster"]
     router = make_router(cl["router"], len(parts.pipelines), seed=int(cfg["workload"].get("seed", 0)))
     return partial(simulate_cluster, parts.pipelines, router=router, network_delay_ms=cl["network_delay_ms"])
 

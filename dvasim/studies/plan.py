@@ -276,6 +276,8 @@ def replicas_hold(config, replicas: int, slo_ms: float, *, percentile: float = 9
                              engine=engine, stack=stack, per_replica_queries=per_replica_queries,
                              max_queries=max_queries, replicas=replicas)
     settings = _search_settings(percentile, confidence, resolution, max_queries, stack, seeds)
+    # the searches' settings checked before any run, as plan() checks them (issue 34: --percentile 100 divided by 0)
+    capmod.check_options({"slo_ms": slo_ms, **{k: v for k, v in settings.items() if k != "stack"}}, stack=stack)
     by_policy = {}
     for name in names:
         raw = _policy_raw(base, name)

@@ -66,11 +66,18 @@ def _check_seed(value) -> int:
     return int(value)
 
 
+MAX_START_MS = 1e12  # about 31.7 years: the simulated clock still resolves 0.12 us there (float64 spacing)
+
+
 def _check_start(value) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise ConfigError("workload.start_ms", f"must be a number >= 0 (ms), got {value!r}")
     if not math.isfinite(value) or value < 0:
         raise ConfigError("workload.start_ms", f"must be a finite number >= 0 (ms), got {value!r}")
+    if value > MAX_START_MS:
+        # issue 34: at 1e308 ms every latency rounded to 0 and the run was judged stable
+        raise ConfigError("workload.start_ms", f"must be at most {MAX_START_MS:.0e} ms (about 31.7 years, where the "
+                                               f"clock still resolves 0.12 us), got {value!r}")
     return float(value)
 
 

@@ -190,6 +190,21 @@ def test_network_delay_adds_to_latency_and_is_recorded():
     np.testing.assert_allclose(late.seen_ms - late.arrival_ms, 3.0, atol=1e-9)
 
 
+def test_network_delay_acts_at_one_replica_too():
+    """Issue 34: every [cluster] key acts at every replica count. Before, one replica dropped the delay (a 100 ms
+    delay gave the latency of none). Now each query reaches the replica's front door the delay after it arrived,
+    and a run without a delay is the plain single-GPU run, unchanged."""
+    base = {"model": {"name": "resnet152", "device": "titanrtx", "stages": 4}, "policy": {"name": "serial"},
+            "workload": {"kind": "uniform", "rate_qps": 10, "n_queries": 40, "seed": 1}}
+    alone = dvasim.run(base).queries
+    for cluster in ({"network_delay_ms": 100.0}, {"replicas": 1, "network_delay_ms": 100.0}):
+        late = dvasim.run({**base, "cluster": cluster}).queries
+        np.testing.assert_allclose(late.latency_ms, alone.latency_ms + 100.0, atol=1e-9)
+        np.testing.assert_allclose(late.seen_ms - late.arrival_ms, 100.0, atol=1e-9)
+    same = dvasim.run({**base, "cluster": {"network_delay_ms": 0.0}}).queries
+    assert same.equals(alone)
+
+
 def test_network_delay_distribution_reorders_but_loses_nothing():
     cfg = {"model": {"name": "resnet152", "device": "titanrtx", "stages": 4}, "policy": {"name": "dvabatch"},
            "workload": {"kind": "poisson", "rate_qps": 1500, "n_queries": 4000, "seed": 2},

@@ -124,6 +124,9 @@ def test_cli_writes_plan_files(tmp_path, capsys):
     (["--qps", "900", "--policies", "nope"], "--policies"),
     (["--qps", "900", "--seeds", "0"], "seeds"),
     (["--qps", "900", "--set", "cluster.replicas=0"], "cluster.replicas"),
+    # issue 34: the 100th percentile (the maximum) has no confident verdict; --replicas divided by zero
+    (["--replicas", "2", "--percentile", "100"], "--percentile"),
+    (["--qps", "900", "--percentile", "100"], "--percentile"),
 ])
 def test_cli_bad_input_is_one_line(tmp_path, capsys, argv, field):
     cfg = tmp_path / "c.toml"

@@ -187,7 +187,7 @@ P = {"kind": "poisson", "rate_qps": 100, "n_queries": 10}
         ({**P, "n_queries": 1.5}, False, "workload.n_queries", "integer >= 1"),
         ({**P, "seed": -1}, False, "workload.seed", "integer in 0.."),
         ({**P, "seed": "abc"}, False, "workload.seed", "integer in 0.."),
-        ({**P, "start_ms": -1}, False, "workload.start_ms", ">= 0"),
+        ({**P, "start_ms": -1}, False, "workload.start_ms", "in [0, 1e+12]"),
         ({"kind": "uniform", "rate_qps": -1, "n_queries": 3}, False, "workload.rate_qps", "> 0"),
         ({"kind": "explicit"}, False, "workload.arrivals_ms", "missing"),
         ({"kind": "explicit", "arrivals_ms": []}, False, "workload.arrivals_ms", "at least one"),
@@ -230,3 +230,25 @@ def test_bad_length_file_contents(tmp_path):
         with pytest.raises(WorkloadError) as e:
             load_lengths(str(tmp_path / name))
         assert e.value.field == "workload.seq_len_dist" and needle in e.value.message
+
+
+def test_a_start_beyond_the_clocks_resolution_is_refused_in_one_line():
+    """Issue 34: ``start_ms = 1e308`` rounded every latency to 0 and the run was judged stable. The first arrival
+    may be at most 1e12 ms (about 31.7 years; the float64 clock still resolves 0.12 us there), and a start there
+    still gives the latencies of a start at 0."""
+    import pytest
+
+    import dvasim
+    from dvasim.errors import ConfigError
+    from dvasim.workload.arrivals import poisson_arrivals
+
+    with pytest.raises(ConfigError, match=r"workload\.start_ms"):
+        poisson_arrivals(100.0, 10, 1, start_ms=1e308)
+    cfg = {"model": {"name": "vgg19", "device": "titanrtx", "stages": 2}, "policy": {"name": "zerobatch"},
+           "workload": {"kind": "poisson", "rate_qps": 100.0, "n_queries": 200, "seed": 1}}
+    with pytest.raises(ConfigError, match=r"workload\.start_ms"):
+        dvasim.run({**cfg, "workload": {**cfg["workload"], "start_ms": 1e13}})
+    late = dvasim.run({**cfg, "workload": {**cfg["workload"], "start_ms": 1e12}}).summary
+    early = dvasim.run(cfg).summary
+    assert late["mean_latency_ms"] > 0
+    assert abs(late["mean_latency_ms"] - early["mean_latency_ms"]) < 1e-3
