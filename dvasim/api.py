@@ -87,6 +87,17 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
                      extra=extra, records_path=None if records is None else Path(records))
 
 
+def run_whole(config, **kw) -> RunResult:
+    """:func:`run` for a study's probe: a run stopped before its end (Ctrl-C, a stop request) is no result to count
+    or cache, so it raises :class:`KeyboardInterrupt` (the command line's one line and status 130) instead of
+    returning what was collected (issue 34: a capacity search took an interrupted probe's partial records for a
+    verdict, a sweep cached a truncated point as done)."""
+    res = run(config, **kw)
+    if res.interrupted:
+        raise KeyboardInterrupt(res.summary.get("interrupted_reason") or "interrupted")
+    return res
+
+
 def _engine(parts: _Parts, cfg: dict[str, Any]) -> Callable:
     """The engine call for these parts, less the arrivals and options: one pipeline on one device, or with
     ``[cluster] replicas > 1`` -- or one replica behind a network delay (issue 34: every ``[cluster]`` key acts at

@@ -426,7 +426,7 @@ class Probe:
 
     def _run(self, rate: float, n: int, attempt: int):
         """One run of the config at ``rate`` with ``n`` queries and the attempt's seed."""
-        from dvasim.api import run
+        from dvasim.api import run_whole as run
 
         trial = probe_config(self.raw, rate, n, self.seed0 + attempt)
         with warnings.catch_warnings():
@@ -488,7 +488,7 @@ def sustained_capacity(config: dict[str, Any], slo_ms: float, top: float, *, ste
     ``slo_ms``, unfinished ones included, fails a rung) and, at the first failing rung, bisects with
     :func:`capacity` between the last rung that passed and it. Returns ``(sustained, first_fail)``: ``top`` and NaN
     when every rung passes."""
-    from dvasim.api import run
+    from dvasim.api import run_whole as run
 
     passed, first_fail = 0.0, math.nan
     for j in range(steps, 0, -1):

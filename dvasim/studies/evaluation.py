@@ -190,7 +190,7 @@ def make_config(model: str, policy: dict[str, Any], workload: dict[str, Any], *,
 
 
 def run_config(cfg: dict[str, Any]):
-    from dvasim.api import run
+    from dvasim.api import run_whole as run
 
     return run(cfg, progress=False)
 

@@ -145,7 +145,7 @@ def confirm(raw: dict[str, Any], n: int, qps: float, router: str | None, queries
     how busy is each replica."""
     import numpy as np
 
-    from dvasim.api import run
+    from dvasim.api import run_whole as run
 
     trial = capmod.probe_config(_with_cluster(raw, n, router), qps, queries, seed)
     with warnings.catch_warnings():

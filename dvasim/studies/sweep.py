@@ -403,7 +403,7 @@ def run_point(config: dict[str, Any], capacity: dict[str, Any] | None = None,
     from the records, which stay in the worker), under ``"perf_analyzer"``."""
     import warnings
 
-    from dvasim.api import run
+    from dvasim.api import run_whole as run
     from dvasim.errors import IncompleteRunWarning
 
     t0 = time.perf_counter()

@@ -108,6 +108,36 @@ def test_a_sweep_resumes_from_its_cache(tmp_path):
     assert ran == []
 
 
+def test_a_point_cut_by_ctrl_c_is_not_cached_and_a_resumed_sweep_reruns_it(tmp_path, monkeypatch):
+    """Issue 34: Ctrl-C in a serial sweep truncated the point it was running (the engine returns what was collected
+    as an "interrupted" run) and cached it as done, so a resume reused it for ever. A study's run that was stopped
+    before its end now raises (dvasim.api.run_whole): the sweep stops, the cut point is not cached, a resumed sweep
+    runs it again and gives what an uninterrupted sweep gives."""
+    import dvasim.api as api
+
+    path = write(tmp_path, GRID)
+    whole = sweep(path, tmp_path / "whole", workers=1, progress=False, figure=False)
+    calls = [0]
+    real = api.run
+
+    def cut_third(config, **kw):  # the third run is stopped half-way, as Ctrl-C stops the engine
+        calls[0] += 1
+        if calls[0] == 3:
+            kw["stop"] = lambda: "Ctrl-C (test)"
+        return real(config, **kw)
+
+    monkeypatch.setattr(api, "run", cut_third)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(path, tmp_path / "out", workers=1, progress=False, figure=False)
+    assert len(list((tmp_path / "out" / "runs").glob("*.json"))) == 2  # the two runs before the cut, not the cut
+    monkeypatch.setattr(api, "run", real)
+    ran = []
+    again = sweep(path, tmp_path / "out", workers=1, progress=False, figure=False,
+                  on_result=lambda p, s: ran.append(p.key))
+    assert len(ran) == len(whole) - 2
+    _same(whole, again)
+
+
 def test_random_draws_are_seeded_within_bounds_and_sections_change_shape(tmp_path):
     path = write(tmp_path, """
 [grid]
