@@ -125,6 +125,17 @@ def over_seeds(values: Sequence[float], confidence: float = 0.95) -> Interval:
     return Interval(point, point - half, point + half, int(x.size), c, "t over seeds")
 
 
+def over_seeds_counts(values: Sequence[float], confidence: float = 0.95, minimum: int = 1) -> Interval:
+    """:func:`over_seeds` for counts (replicas, GPUs): the t interval widened to the whole numbers around it and
+    never below ``minimum`` (issue 34: a replica count's interval read [-0.1, 2.8]; it is now [1, 3])."""
+    iv = over_seeds(values, confidence)
+    if iv.method == "single run" or not (math.isfinite(iv.lo) and math.isfinite(iv.hi)):
+        return iv
+    lo = max(float(minimum), float(math.floor(iv.lo + 1e-9)))
+    hi = max(lo, float(math.ceil(iv.hi - 1e-9)))
+    return Interval(iv.point, lo, hi, iv.n, iv.confidence, "t over seeds, widened to whole counts")
+
+
 def from_replicates(point: float, replicates: Sequence[float], confidence: float = 0.95, *, n: int,
                     method: str = "bootstrap over queries") -> Interval:
     """The percentile interval of bootstrap ``replicates`` (NaN ones left out) around ``point``, from ``n`` units:

@@ -43,7 +43,7 @@ from typing import Any
 
 from dvasim import config as cfgmod
 from dvasim.errors import ConfigError, IncompleteRunWarning
-from dvasim.reporting.intervals import Interval, over_seeds, tie
+from dvasim.reporting.intervals import Interval, over_seeds_counts, tie
 from dvasim.server.router import ALIASES, MAX_REPLICAS, ROUTERS, router_name
 from dvasim.studies import capacity as capmod
 from dvasim.workload.arrivals import MAX_QUERIES
@@ -210,7 +210,7 @@ def plan_policy(raw: dict[str, Any], qps: float, slo_ms: float, *, router: str |
            "router": router_name(router or (raw.get("cluster") or {}).get("router", "round_robin")),
            "qps": float(qps), "slo_ms": float(slo_ms), "percentile": settings["percentile"],
            "replicas": answer, "replicas_by_seed": counts,
-           "replicas_interval": over_seeds([float(c) for c in counts], settings["confidence"]).as_dict(),
+           "replicas_interval": over_seeds_counts([float(c) for c in counts], settings["confidence"]).as_dict(),
            "estimate_from_one_replica": estimate, "capacity_per_replica_qps": cap1,
            "capacity_per_replica_interval": single["capacity_interval"], "confirmation": check,
            "single_replica_search": single, "probes": probes, "notes": notes}

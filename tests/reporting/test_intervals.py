@@ -136,3 +136,19 @@ def test_relative_difference_and_labels():
     assert compare_label(_iv(101.4, 2), _iv(100.0, 2), ("a", "b")) == "tie (difference 1.4% within the interval)"
     assert compare_label(single(110.0), single(100.0), ("a", "b")) == "a ahead by 10.0% (single runs: no interval)"
     assert "no difference" in compare_label(single(1.0), single(0.0), ("a", "b"))
+
+
+def test_a_count_interval_is_whole_counts_never_below_one():
+    """Issue 34: replica counts of 1, 1, 2 over three seeds gave the t interval [-0.1, 2.8] (a count below zero);
+    a count's interval is the whole numbers around the t interval, at least 1: [1, 3]. One seed stays a single run."""
+    from dvasim.reporting.intervals import over_seeds, over_seeds_counts
+
+    raw = over_seeds([1.0, 1.0, 2.0])
+    assert raw.lo < 0 < raw.hi < 3
+    iv = over_seeds_counts([1.0, 1.0, 2.0])
+    assert (iv.lo, iv.hi) == (1.0, 3.0) and iv.point == raw.point
+    assert iv.lo <= iv.point <= iv.hi and float(iv.lo).is_integer() and float(iv.hi).is_integer()
+    same = over_seeds_counts([2.0, 2.0, 2.0])
+    assert (same.lo, same.hi) == (2.0, 2.0)
+    one = over_seeds_counts([3.0])
+    assert one.method == "single run" and (one.lo, one.hi) == (3.0, 3.0)
