@@ -80,7 +80,8 @@ def check_plan(config, qps: float, slo_ms: float, *, policies: list[str] | None,
     if not 1 <= int(per_replica_queries) <= MAX_QUERIES:
         raise ConfigError("--per-replica-queries", f"must be an integer in 1..{MAX_QUERIES:,}")
     base = capmod._rate_config(config, overrides, engine)
-    cfgmod.resolve(copy.deepcopy(base))  # the config as given (its [cluster] too, which the plan then varies)
+    resolved = cfgmod.resolve(copy.deepcopy(base))  # the config as given (its [cluster] too, which the plan varies)
+    _check_reachable(resolved, slo_ms)
     if router is not None and router_name(router) not in ROUTERS:
         raise ConfigError("--router", f"unknown router {router!r}; one of {', '.join(ROUTERS)} (aliases: "
                                       f"{', '.join(ALIASES)})")
@@ -96,6 +97,24 @@ def check_plan(config, qps: float, slo_ms: float, *, policies: list[str] | None,
                 raise
             raise ConfigError("--policies", f"{name}: {e.field}: {e.message}") from None
     return base, names
+
+
+def _check_reachable(cfg: dict[str, Any], slo_ms: float) -> None:
+    """An SLO no replica count can meet is answered at once (issue 34: ``--slo-ms 0.001`` searched for minutes and
+    answered 1,024 replicas; a 60 ms network delay under a 50 ms SLO answered one replica): every query takes at
+    least the least network delay plus its stages' time alone at batch 1 and the shortest profiled input."""
+    from dvasim.api import load_profile
+
+    table = load_profile(cfg["model"])
+    short = min(table.seq_lens) if table.seq_lens is not None else None
+    alone = float(table.total(1, short))
+    delay = cfg.get("cluster", {}).get("network_delay_ms", 0.0)
+    least_delay = float(min(delay)) if isinstance(delay, (list, tuple)) else float(delay or 0.0)
+    if float(slo_ms) < alone + least_delay:
+        why = f"a query alone takes at least {alone:.4g} ms on this model (its stages at batch 1, shortest input)"
+        if least_delay > 0:
+            why += f", after {least_delay:g} ms of [cluster] network_delay_ms"
+        raise ConfigError("--slo-ms", f"no replica count can meet {slo_ms:g} ms: {why}; give a larger SLO")
 
 
 class ClusterProbe(capmod.Probe):

@@ -142,3 +142,18 @@ def test_closed_loop_is_refused(tmp_path):
            "workload": {"kind": "closed", "clients": 4, "n_queries": 100}}
     with pytest.raises(ConfigError, match="workload.kind"):
         plan(cfg, 100.0, 50.0)
+
+
+@pytest.mark.parametrize("argv", [["--slo-ms", "0.001"], ["--slo-ms", "50", "--set", "cluster.network_delay_ms=60"],
+                                  ["--slo-ms", "50", "--set", "cluster.network_delay_ms=[60, 80]"]])
+def test_an_slo_no_replica_count_can_meet_is_answered_at_once(tmp_path, capsys, argv):
+    """Issue 34: ``--slo-ms 0.001`` searched for minutes and answered 1,024 replicas; a 60 ms network delay under a
+    50 ms SLO answered one replica. Every query takes at least the least network delay plus its stages' time alone
+    at batch 1 (ResNet152, 4 stages: about 6.3 ms on the Titan RTX table): one line, before any probe (checked
+    with every setting, in check_plan)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CLI_TOML)
+    rc = main(["plan", str(cfg), "--qps", "400", "--out", str(tmp_path / "o"), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--slo-ms" in err[0] and "no replica count" in err[0], err
+    assert not (tmp_path / "o" / "plan.json").exists()
