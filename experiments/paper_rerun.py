@@ -28,8 +28,10 @@ from pathlib import Path
 
 import pandas as pd
 
-import common
-from dvasim.studies import evaluation as study
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+from dvasim.studies import evaluation as study  # noqa: E402
 
 SYSTEMS = ("zerobatch", "delaybatch", "dvabatch", "dvabatch-built")
 CONFIGS = {  # name -> (stack, the DVABatch system it stands for)

@@ -184,10 +184,10 @@ class Pipeline:
         self.on_begin: list[Callable[[Execution], None]] = []
         self.on_finish: list[Callable[[Execution], None]] = []
         self._now = 0.0
-        # the Triton release the serving stack runs (dvasim.policies.triton_release): what Triton's batchers read
         # the run's resolved serving stack (plain data; None: none known), for a policy that weighs its host costs
         self.served = served
-        # (``triton_release`` / ``eager_batching`` given: they override the stack's)
+        # the Triton release the stack runs, what Triton's batchers read (dvasim.policies.triton_release);
+        # ``triton_release`` / ``eager_batching`` given override the stack's
         stack = getattr(served, "stack", None)
         self.triton_release: str = str(triton_release if triton_release is not None
                                        else getattr(stack, "triton_release", "ideal"))

@@ -166,6 +166,23 @@ RULES = {  # Policy III's T_comp_wait, as describe() reports it
 }
 
 
+def service_lengths(prof, view) -> list[int] | None:
+    """The service's input lengths as the pipeline knows them (``view.input_lengths``), or None: a table without
+    lengths, or lengths unknown."""
+    if getattr(prof, "seq_lens", None) is None:
+        return None
+    lengths = getattr(view, "input_lengths", None)
+    return None if lengths is None or len(lengths) == 0 else [int(x) for x in lengths]
+
+
+def reference_length(prof, lengths: list[int] | None) -> int | None:
+    """The length a stage's preferred batch size is read at: the median input length, the table's longest where
+    the lengths are unknown, None for a table without lengths."""
+    if getattr(prof, "seq_lens", None) is None:
+        return None
+    return int(sorted(lengths)[len(lengths) // 2]) if lengths else int(max(prof.seq_lens))
+
+
 def operator_diversity(preferred: list[int]) -> bool:
     """Operator diversity (§3.2, Figure 6; §7.1): an earlier stage prefers a batch at least twice as large as a
     later stage does, so a batch formed for the early stages is worth splitting for the later ones (Policy II
@@ -326,13 +343,8 @@ class DVABatch(FrontDoorPolicy):
             raise ConfigError("policy.max_batch_size",
                               f"{self.max_batch_size} exceeds the table's largest profiled batch size {prof.max_batch_size}")
         self.has_len = getattr(prof, "seq_lens", None) is not None
-        lengths = getattr(view, "input_lengths", None) if self.has_len else None
-        lengths = None if lengths is None or len(lengths) == 0 else [int(x) for x in lengths]
-        self.ref_len: int | None  # the median input length (None: a table without lengths)
-        if self.has_len:
-            self.ref_len = int(sorted(lengths)[len(lengths) // 2]) if lengths else int(max(prof.seq_lens))
-        else:
-            self.ref_len = None
+        lengths = service_lengths(prof, view)
+        self.ref_len: int | None = reference_length(prof, lengths)  # (None: a table without lengths)
         self.qos_target_ms = self._qos if self._qos is not None else getattr(view, "qos_target_ms", None)
         self.preferred = [prof.preferred_batch_size(s, self.ref_len, self.preferred_threshold)
                           for s in range(prof.n_stages)]

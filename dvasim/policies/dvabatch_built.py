@@ -80,12 +80,12 @@ here, never fitted to a figure:
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 from dvasim.core.arith import int_sum, left_sum
 from dvasim.errors import ConfigError
 from dvasim.policies.base import New, Split, Stretch, check_nonneg_number, check_positive_int, register
+from dvasim.policies.dvabatch import operator_diversity, reference_length, service_lengths
 from dvasim.policies.triton import TritonDynamicBatcher
 
 SCHEDULERS = ("NORMAL", "NORMAL_INPUT", "LOAD_DVA", "INPUT_DVA", "OPERATOR_DVA")
@@ -155,6 +155,7 @@ class DVABatchBuilt(TritonDynamicBatcher):
             raise ConfigError("policy.preferred_seq_len", f"must be strictly ascending, got {self._buckets!r}")
         self._no_split_at: set[int] = set()  # batches whose next boundary follows their split stage
         self._split_last = -1  # the last batch split (its merge disabled, lego_schedule.h:250-253)
+        self._ops: list = []  # what the backend's Execute decided in the current front-door decision
 
     # ------------------------------------------------------------------ setup
     def bind(self, view) -> None:
@@ -165,19 +166,14 @@ class DVABatchBuilt(TritonDynamicBatcher):
             raise ConfigError("engine.instances", "dvabatch-built runs one model instance (each instance of the "
                                                   "authors' backend has its own scheduler); set engine.instances = 1")
         self.has_len = getattr(prof, "seq_lens", None) is not None
-        lengths = getattr(view, "input_lengths", None) if self.has_len else None
-        ref = None
-        if self.has_len:
-            ls = sorted(int(x) for x in lengths) if lengths is not None and len(lengths) else []
-            ref = ls[len(ls) // 2] if ls else int(max(prof.seq_lens))
+        ref = reference_length(prof, service_lengths(prof, view))
         preferred = [prof.preferred_batch_size(s, ref, 0.9) for s in range(n)]
         if self._scheduler is not None:
             self.scheduler = self._scheduler
         else:
             model = str(getattr(prof, "name", "") or "").split("_titanrtx")[0].split("@")[0]
             self.scheduler = next((v for k, v in PAPER_SCHEDULERS.items() if model.startswith(k)), None) or (
-                "INPUT_DVA" if self.has_len else "OPERATOR_DVA" if max(preferred) >= 2 * min(preferred)
-                else "LOAD_DVA")
+                "INPUT_DVA" if self.has_len else "OPERATOR_DVA" if operator_diversity(preferred) else "LOAD_DVA")
         if self.scheduler in ("INPUT_DVA", "NORMAL_INPUT") and not self.has_len:
             raise ConfigError("policy.scheduler", f"{self.scheduler} needs a latency table with a seq_len column")
         if self._favor is not None and len(self._favor) != n:
@@ -202,7 +198,6 @@ class DVABatchBuilt(TritonDynamicBatcher):
 
         rules = release_rules(getattr(view, "triton_release", "ideal"), False)
         self._instances = InstancePipeline(rules, self, 1, backend_free=self._backend_free)
-        self._ops: list = []
 
     def describe(self) -> dict:
         d = {"name": self.name, "max_batch_size": self.max_batch_size, "max_queue_delay_ms": self.max_queue_delay_ms,
@@ -211,8 +206,7 @@ class DVABatchBuilt(TritonDynamicBatcher):
             d.update(scheduler=self.scheduler, triton_release=self.triton_release,
                      buffer_set_size=self.buffer_set_size, max_backend_batches=self.max_backend_batches)
             if self.scheduler in ("LOAD_DVA", "OPERATOR_DVA"):
-                d.update(max_allow_merge_batchsize=(self.max_batch_size if self.scheduler == "OPERATOR_DVA"
-                                                    else self.max_allow_merge_batchsize),
+                d.update(max_allow_merge_batchsize=self.merge_size_limit,
                          max_allow_merge_stage=self.max_allow_merge_stage,
                          max_allow_merge_ms=self.max_allow_merge_ms)
             if self.scheduler == "OPERATOR_DVA":
@@ -255,6 +249,12 @@ class DVABatchBuilt(TritonDynamicBatcher):
                 return
         self._ops.append(New(list(queries)))
 
+    @property
+    def merge_size_limit(self) -> int:
+        """The stretch's strict size limit: the model's ``max_batch_size`` under OPERATOR_DVA (lego.cc:708), else
+        ``max_allow_merge_batchsize``."""
+        return self.max_batch_size if self.scheduler == "OPERATOR_DVA" else self.max_allow_merge_batchsize
+
     def dispatch_position(self, index: int) -> int:
         """``handled_stages_`` of the batch ``index`` places behind the oldest one inside the backend: the furthest
         stage its stage threads have dispatched it into (S: every stage). A stage thread forwards a batch before it
@@ -270,7 +270,7 @@ class DVABatchBuilt(TritonDynamicBatcher):
     def _merge_target(self, k: int, now: float):
         """The latest batch if the Triton batch of ``k`` requests may stretch it (all three strict conditions), and
         the stage it has been dispatched into (the merge stage); else None."""
-        limit = self.max_batch_size if self.scheduler == "OPERATOR_DVA" else self.max_allow_merge_batchsize
+        limit = self.merge_size_limit
         table = self.view.table
         news = [op for op in self._ops if isinstance(op, New)]
         inside = len(table) + len(news)

@@ -97,7 +97,7 @@ class TritonDynamicBatcher(FrontDoorPolicy):
         return self.view.free_instances() > 0
 
     def has_pending(self) -> bool:
-        return bool(self.pending) or (self._instances is not None and bool(self._instances.holds_work()))
+        return self.has_requests() or (self._instances is not None and bool(self._instances.holds_work()))
 
     # ---- what the release's instance pipeline asks its batcher
     def has_requests(self) -> bool:

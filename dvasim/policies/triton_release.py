@@ -132,8 +132,6 @@ class InstancePipeline:
     # a backend other than TensorRT's (the DVABatch backend): whether its thread has returned from Execute and
     # takes the next payload (None: the TensorRT backend's tokens and streams, above)
     backend_free: object = None
-    formed: int = 0  # payloads formed (diagnostics)
-    merged: int = 0  # payloads merged into another at dequeue (diagnostics)
 
     def __post_init__(self) -> None:
         self.streams = [deque() for _ in range(self.n_instances)]
@@ -205,7 +203,6 @@ class InstancePipeline:
                 self.queue.popleft()
                 p.add(nxt.queries)
                 size += len(nxt.queries)
-                self.merged += 1
         p.saturated = True  # EXECUTING: it takes no more
         return p
 
@@ -229,7 +226,6 @@ class InstancePipeline:
         if n <= 0:
             return False
         p = Payload(b._take_n(n))
-        self.formed += 1
         if self.rules.frozen:
             p.saturated = True
         else:

@@ -223,9 +223,6 @@ class TritonServerBatcher(TritonDynamicBatcher):
     def pending(self, _value) -> None:  # the base class's one queue: this batcher keeps one per level
         pass
 
-    def has_pending(self) -> bool:
-        return self.has_requests() or (self._instances is not None and bool(self._instances.holds_work()))
-
     def has_requests(self) -> bool:
         return any(lv.queue or lv.delayed for lv in self._order)
 
