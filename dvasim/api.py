@@ -27,7 +27,7 @@ def load_profile(model_cfg: dict[str, Any]):
 
 def run(config, overrides: list[str] | None = None, progress: bool | None = None,
         engine: str | Path | None = None, records: str | Path | None = None, timeline: int = 0,
-        stack: str | None = None, stop: Callable[[], str | None] | None = None) -> RunResult:
+        stack: str | None = None, stop: Callable[[], str | None] | None = None, _whole: bool = False) -> RunResult:
     """Simulate one config (a TOML path, a dict of sections, or an already resolved dict). ``engine``: an engine
     file written by ``dvasim fit``, merged over the config's ``[engine]`` (``--set`` overrides still win).
     ``stack``: the serving stack by name (over the config's ``[server] stack``; see :mod:`dvasim.server`); every
@@ -46,6 +46,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
 
     cfg = cfgmod.resolve(config, overrides, engine=engine)
     parts = build(cfg, stack)
+    trigger = trigger_test(cfg, parts.workload, stack) if cfg["qos"].get("trigger", "none") != "none" else None
     pipeline, profile, workload, eng = parts.pipeline, parts.profile, parts.workload, cfg["engine"]
     recorder = None
     if timeline:
@@ -67,7 +68,10 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         transfer=parts.transfer, batch_costs=parts.served.batch, corun_per_worker=parts.served.corun_per_worker,
         stop=stop,
     )
-    summary = _summary(store, cfg, parts, res, offered)
+    if res.interrupted is not None and _whole:  # a study's probe: nothing of it counts, so no summary either
+        store.close()
+        raise KeyboardInterrupt(res.stuck or "interrupted")
+    summary = _summary(store, cfg, parts, res, offered, trigger)
     if res.stuck:
         import warnings
 
@@ -92,7 +96,7 @@ def run_whole(config, **kw) -> RunResult:
     or cache, so it raises :class:`KeyboardInterrupt` (the command line's one line and status 130) instead of
     returning what was collected (issue 34: a capacity search took an interrupted probe's partial records for a
     verdict, a sweep cached a truncated point as done)."""
-    res = run(config, **kw)
+    res = run(config, **kw, _whole=True)
     if res.interrupted:
         raise KeyboardInterrupt(res.summary.get("interrupted_reason") or "interrupted")
     return res
@@ -172,8 +176,42 @@ def build(cfg: dict[str, Any], stack: str | None) -> _Parts:
     return _Parts(profile, served, transfer, policy, workload, pipelines[0], pipelines)
 
 
-def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered) -> dict[str, Any]:
-    from dvasim.reporting.stability import run_verdict
+def trigger_test(cfg: dict[str, Any], workload, stack: str | None) -> dict[str, Any]:
+    """``[qos] trigger = "backlog"``: the run again with a backlog of ``ceil(trigger_slos x rate x target_ms)``
+    queries (:func:`dvasim.reporting.verdict.default_backlog`; the rate is ``rate_qps``, or the stream's mean for
+    a stepping, phased or trace load) and whether it
+    recovered (:func:`dvasim.reporting.verdict.recovery`)."""
+    import copy
+
+    from dvasim.errors import ConfigError
+    from dvasim.reporting.verdict import default_backlog, recovery
+
+    wl, qos = cfg["workload"], cfg["qos"]
+    if workload.closed_clients is not None or wl.get("kind") == "explicit" or wl.get("backlog", 0):
+        raise ConfigError("qos.trigger", "the trigger test needs an open-loop stream without a backlog of its own "
+                                         "(kind poisson, gamma, uniform, stepping, phases or trace); set "
+                                         "trigger = \"none\"")
+    arr = workload.arrivals_ms
+    span = float(arr[-1] - arr[0])
+    if wl.get("kind") in ("poisson", "gamma", "uniform"):
+        rate = float(wl["rate_qps"])
+    else:  # a stepping, phased or trace load: its mean rate
+        rate = (len(arr) - 1) / span * 1000.0 if span > 0 else float(wl.get("rate_qps", 1.0))
+    backlog = default_backlog(rate, qos["target_ms"], qos.get("trigger_slos", 1.0))
+    trial = copy.deepcopy(cfg)
+    trial["workload"]["backlog"] = backlog
+    if qos.get("trigger_queries") and "n_queries" in trial["workload"]:
+        trial["workload"]["n_queries"] = min(int(qos["trigger_queries"]), int(trial["workload"]["n_queries"]))
+    trial["qos"]["trigger"] = "none"
+    trial["engine"]["progress"] = False
+    res = run_whole(trial, stack=stack)
+    q = res.queries
+    return recovery(q["arrival_ms"].to_numpy(), q["finish_ms"].to_numpy(), backlog, qos["target_ms"],
+                    qos.get("percentile", 99.0), status=q["status"].to_numpy())
+
+
+def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered, trigger=None) -> dict[str, Any]:
+    from dvasim.reporting.verdict import run_verdict
 
     summary = store.summary(cfg["qos"]["target_ms"])
     n = summary["n_queries"]
@@ -193,7 +231,7 @@ def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered) -> dict[st
         summary.update(replica_summary(store, cfg, res))
     if cfg["policy"].get("triton_config"):  # the policy came from a Triton model configuration
         summary["triton_config"] = cfg["policy"]["triton_config"]
-    summary.update(run_verdict(store, cfg, offered))  # stable, its measures; a stepping run's levels
+    summary.update(run_verdict(store, cfg, offered, trigger))  # the verdict, its measures; a stepping run's levels
     if res.interrupted is not None:  # said only when it happened (a finished run's summary is unchanged)
         summary.update(interrupted=True, interrupted_reason=res.stuck, n_not_arrived=res.n_not_arrived)
     return summary

@@ -142,7 +142,7 @@ def one_run(job: dict) -> tuple[dict, np.ndarray]:
                mean_latency_ms=s["mean_latency_ms"], p99_latency_ms=s["p99_latency_ms"],
                throughput_qps=s["throughput_qps"], violation_rate=s["qos_violation_rate"],
                mean_exit_batch_size=s["mean_exit_batch_size"], n_stretch=s["n_stretch"],
-               n_completed=s["n_completed"], n_queries=s["n_queries"], stable=s["stable"])
+               n_completed=s["n_completed"], n_queries=s["n_queries"], stable=s["steady_state"])
     return row, lat
 
 

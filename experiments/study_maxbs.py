@@ -85,7 +85,7 @@ def run_point(model: str, max_bs: int, rate: float, n: int, arrivals: str, seed:
     return {"stack": s["stack"], "throughput_qps": s["throughput_qps"], "mean_latency_ms": s["mean_latency_ms"],
             "p99_latency_ms": s["p99_latency_ms"], "collected_bs": s["n_queries"] / s["n_batches"],
             "mean_queue_ms": s["mean_queue_ms"], "mean_inference_ms": s["mean_latency_ms"] - s["mean_queue_ms"],
-            "stable": bool(s["stable"]), "n_completed": s["n_completed"]}
+            "stable": bool(s["steady_state"]), "n_completed": s["n_completed"]}
 
 
 def main(argv=None) -> dict[str, pd.DataFrame]:

@@ -86,7 +86,7 @@ def throughput_point(model: str, section: dict, label: str, load_qps: float, n: 
                              stack=stack)).summary
     return {"stack": s["stack"], "capacity_qps": cap, "capacity_at_bracket_top": not np.isfinite(top), "load_qps": load_qps,
             "mean_latency_ms": s["mean_latency_ms"], "p99_latency_ms": s["p99_latency_ms"],
-            "throughput_at_load_qps": s["throughput_qps"], "stable_at_load": bool(s["stable"])}
+            "throughput_at_load_qps": s["throughput_qps"], "stable_at_load": bool(s["steady_state"])}
 
 
 def reference(model: str, quick: bool, stack: str | None = None) -> float:

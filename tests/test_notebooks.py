@@ -10,8 +10,9 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
-# notebooks that run for minutes (dozens of capacity searches) execute under `make test-slow`
-SLOW = {"how_many_gpus"}
+# notebooks that run for minutes (capacity searches of 60 s probes at thousands of qps, dozens of them) execute
+# under `make test-slow`
+SLOW = {"how_many_gpus", "policy_for_bert_on_h100", "which_batching_system"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW else p

@@ -12,6 +12,7 @@ holds ``by_policy`` (each policy's result) and ``comparisons``."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -29,14 +30,12 @@ def add_parser(sub) -> None:
     p.add_argument("--percentile", type=float, default=99.0, help="the percentile the SLO bounds (default 99)")
     p.add_argument("--out", required=True, help="output directory (capacity.json)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help=set_help())
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence of each probe's verdict (0.95)")
+    add_probe_arguments(p)
     p.add_argument("--resolution", type=float, default=0.02,
                    help="stop when hi/lo - 1 is at most this (0.02; at least 1e-4)")
     p.add_argument("--lo", type=float, default=None, help="bottom of the first bracket (qps, default 1)")
     p.add_argument("--hi", type=float, default=None, help="top of the first bracket (qps, default: twice the "
                                                           "table's throughput bound)")
-    p.add_argument("--max-queries", type=int, default=64_000,
-                   help="most queries in one probe (64,000; at most 20,000,000)")
     p.add_argument("--seeds", type=int, default=1,
                    help="independent searches (1..100; default 1): the capacity is their mean, with its 95%% t "
                         "interval")
@@ -47,12 +46,43 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_capacity)
 
 
+def add_probe_arguments(p) -> None:
+    """The probes' rules (:data:`dvasim.studies.capacity.OPTIONS`), as ``capacity`` and ``plan`` take them."""
+    from dvasim.studies.capacity import MIN_DURATION_S
+
+    p.add_argument("--confidence", type=float, default=0.99,
+                   help="confidence of each probe's verdict (0.99: LoadGen's early stopping)")
+    p.add_argument("--min-duration-s", type=float, default=MIN_DURATION_S,
+                   help=f"simulated seconds of arrivals a probe runs at least ({MIN_DURATION_S:g}; LoadGen's "
+                        "Server rule: 600)")
+    p.add_argument("--max-queries", type=int, default=None,
+                   help="most queries of one probe as it doubles them (default: 8x its first; at most 20,000,000)")
+    p.add_argument("--trigger", choices=("backlog", "none"), default="backlog",
+                   help="test every accepted rate from a backlog; one that does not recover is metastable "
+                        "(default backlog)")
+    p.add_argument("--trigger-slos", type=float, default=1.0,
+                   help="the backlog in SLOs of arrivals at the probed rate (default 1)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes for independent searches (seeds, policies): default one per core")
+    p.add_argument("--dask", default=None, metavar="tcp://HOST:PORT",
+                   help="run the independent searches on this Dask scheduler instead")
+
+
+def probe_kwargs(args) -> dict:
+    """The probes' rules from the parsed flags (:func:`add_probe_arguments`)."""
+    return dict(confidence=args.confidence, min_duration_s=args.min_duration_s, max_queries=args.max_queries,
+                trigger=args.trigger, trigger_slos=args.trigger_slos, workers=args.workers, dask=args.dask)
+
+
 def show_probe(p: dict) -> None:
     """One decided probe, as ``dvasim capacity`` prints it while it searches (with its policy and its search's
-    seed when there are several)."""
+    seed when there are several): its rate, queries, share of slow queries, verdict and the rule that decided
+    it."""
     who = (f"{p['policy']} " if "policy" in p else "") + (f"seed {p['search_seed']} " if "search_seed" in p else "")
-    print(f"  {who}{p['rate_qps']:10.2f} qps  n={p['n_queries']:<6} slow {p['slow_fraction']:.4f}  "
-          f"{'within' if p['within_slo'] else 'over  '} ({p['decided_by']})", flush=True)
+    who += f"{p['replicas']} replicas " if "replicas" in p else ""
+    print(f"  {who}{p['rate_qps']:10.2f} qps  n={p['n_queries']:<7} ({p.get('duration_s', math.nan):.3g} s) slow "
+          f"{p['slow_fraction']:.4f}  {p.get('verdict', 'stable' if p['within_slo'] else 'over-SLO'):<10} "
+          f"({p['decided_by']})", flush=True)
 
 
 def cmd_capacity(args) -> int:
@@ -60,9 +90,8 @@ def cmd_capacity(args) -> int:
 
     check_stack(args.stack)
     check_out_dir(args.out)
-    kw = dict(percentile=args.percentile, overrides=args.set, confidence=args.confidence, resolution=args.resolution,
-              lo=args.lo, hi=args.hi, max_queries=args.max_queries, progress=show_probe, stack=args.stack,
-              engine=args.engine, seeds=args.seeds)
+    kw = dict(percentile=args.percentile, overrides=args.set, resolution=args.resolution, lo=args.lo, hi=args.hi,
+              progress=show_probe, stack=args.stack, engine=args.engine, seeds=args.seeds, **probe_kwargs(args))
     if args.policies is not None:
         names = [x.strip() for x in args.policies.split(",") if x.strip()]
         res = compare_policies(args.config, args.slo_ms, names, **kw)
@@ -75,9 +104,23 @@ def cmd_capacity(args) -> int:
           f"p{args.percentile:g} <= "
           f"{args.slo_ms:g} ms (resolution {res['resolution'] if res['resolution'] is not None else float('nan'):.1%}"
           f", {res['n_probes']} probes); {Path(args.out)}/capacity.json")
+    print(f"  rules: {rules_text(res['rules'])}")
+    if res.get("n_metastable"):
+        print(f"  metastable: {res['n_metastable']} probed rate(s) held from an empty queue but not after a backlog "
+              f"(their probes say which)")
     if res["note"]:  # a bracket top never exceeded, the SLO missed at the bottom, the bisections' cap reached
         print(f"dvasim: warning: {res['note']}", file=sys.stderr)
     return 0
+
+
+def rules_text(rules: dict) -> str:
+    """The probes' rules in words: which decided every verdict."""
+    trig = ("no trigger test" if rules["trigger"] == "none" else
+            f"every accepted rate tested from a backlog of {rules['trigger_slos']:g} SLO of arrivals (no recovery: "
+            f"metastable)")
+    most = "8x its first" if rules["max_queries"] is None else f"{rules['max_queries']:,}"
+    return (f"each probe >= {rules['min_duration_s']:g} s of arrivals and >= {rules['min_queries']:,} queries, "
+            f"decided by LoadGen's early-stopping bound at {rules['confidence']:g} (doubling up to {most}); {trig}")
 
 
 def _capacity_text(res: dict) -> str:
@@ -118,8 +161,10 @@ def _print_policies(res: dict, args) -> None:
     width = max(len(n) for n in res["policies"])
     for name in res["policies"]:
         print(f"  {name:<{width}}  {_capacity_text(res['by_policy'][name])}")
+    if res["comparisons"]:
+        print(f"  ranking (each against the best; = a tie): {res['ranking']}")
     for c in res["comparisons"]:
-        print(f"  {c['policy']} vs {c['against']}: {c['label']}")
+        print(f"  {c['label']}")
     for name in res["policies"]:
         if res["by_policy"][name]["note"]:
             print(f"dvasim: warning: {name}: {res['by_policy'][name]['note']}", file=sys.stderr)

@@ -33,7 +33,7 @@ def print_summary(summary: dict, file=None) -> None:
         "mean_latency_ms", "p50_latency_ms",
         "p90_latency_ms", "p95_latency_ms", "p99_latency_ms", "qos_target_ms", "qos_violation_rate",
         "mean_exit_batch_size", "n_batches", "n_stretch", "n_split", "device_busy_fraction", "sim_queries_per_wall_s",
-        "stable", "stability_reason",
+        "verdict", "verdict_reason", "stable", "stability_reason",
     ]
     width = max(len(k) for k in keys)
     for k in keys:

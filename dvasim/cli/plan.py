@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dvasim.cli.capacity import show_probe, write_json
+from dvasim.cli.capacity import add_probe_arguments, probe_kwargs, rules_text, show_probe, write_json
 from dvasim.cli.common import add_stack_arguments, check_stack, set_help
 from dvasim.errors import check_out_dir
 from dvasim.outputs import write_text
@@ -39,13 +39,12 @@ def add_parser(sub) -> None:
     p.add_argument("--seeds", type=int, default=1, help="independent searches per policy (1..100): intervals")
     p.add_argument("--out", required=True, help="output directory (plan.json, plan.csv)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help=set_help())
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence of each probe's verdict (0.95)")
     p.add_argument("--resolution", type=float, default=0.02, help="capacity searches' resolution (0.02)")
-    p.add_argument("--max-queries", type=int, default=64_000, help="most queries in one single-replica probe")
     p.add_argument("--per-replica-queries", type=int, default=2000,
                    help="a cluster probe's queries per replica, at least (2000)")
     p.add_argument("--no-headroom", action="store_true", help="skip the capacity search at the answer's count")
     p.add_argument("--quiet", action="store_true", help="do not print the probes")
+    add_probe_arguments(p)
     add_stack_arguments(p, every=True)
     p.set_defaults(func=cmd_plan)
 
@@ -61,9 +60,9 @@ def cmd_plan(args) -> int:
                                   "one of them")
     names = None if args.policies is None else [x.strip() for x in args.policies.split(",") if x.strip()]
     kw = dict(percentile=args.percentile, seeds=args.seeds, router=args.router, overrides=args.set,
-              engine=args.engine, stack=args.stack, confidence=args.confidence, resolution=args.resolution,
-              max_queries=args.max_queries, per_replica_queries=args.per_replica_queries, policies=names,
-              progress=None if args.quiet else show_probe)
+              engine=args.engine, stack=args.stack, resolution=args.resolution,
+              per_replica_queries=args.per_replica_queries, policies=names,
+              progress=None if args.quiet else show_probe, **probe_kwargs(args))
     if args.replicas is not None:
         res = replicas_hold(args.config, args.replicas, args.slo_ms, **kw)
     else:
@@ -87,8 +86,13 @@ def plan_rows(res: dict) -> list[dict]:
                    "capacity_per_replica_qps": p["capacity_per_replica_qps"],
                    "capacity_per_replica_lo": p["capacity_per_replica_interval"]["lo"],
                    "capacity_per_replica_hi": p["capacity_per_replica_interval"]["hi"],
-                   "confirmed": c["confirmed"], "confirm_latency_ms": c[f"p{p['percentile']:g}_latency_ms"],
-                   "confirm_stable": c["stable"], "utilisation_mean": c["utilisation_mean"],
+                   "replicas_probed": p["replicas_probed"], "confirmed": p["confirmed_at"]["holds"],
+                   "confirm_queries": p["confirm_queries"],
+                   "confirm_verdicts": " ".join(r["verdict"] for r in p["confirmed_at"]["runs"]),
+                   "confirm_latency_ms": max(r[f"p{p['percentile']:g}_latency_ms"] for r in p["confirmed_at"]["runs"]),
+                   "below_verdicts": "" if p["confirmed_below"] is None else " ".join(
+                       r["verdict"] for r in p["confirmed_below"]["runs"]),
+                   "utilisation_mean": c["utilisation_mean"],
                    "headroom_%": 100 * p["headroom"] if "headroom" in p else float("nan")}
         else:  # what N replicas hold
             row = {"policy": name, "stack": p["stack"], "replicas": p["replicas"], "capacity_qps": p["capacity_qps"],
@@ -104,34 +108,48 @@ def _write(res: dict, out: Path) -> None:
     write_text(out / "plan.csv", pd.DataFrame(plan_rows(res)).to_csv(index=False))
 
 
+def _confirmation_text(c: dict | None, pct: float) -> str:
+    """One count's long runs: its verdict per seed, the worst percentile latency, the throughput."""
+    if c is None:
+        return "none below 1"
+    key = f"p{pct:g}_latency_ms"
+    verdicts = ", ".join(r["verdict"] for r in c["runs"])
+    worst = max(r[key] for r in c["runs"])
+    return (f"{c['replicas']} replica{'s' if c['replicas'] != 1 else ''}: {verdicts} (p{pct:g} up to {worst:.4g} ms, "
+            f"{c['runs'][0]['n_queries']:,} queries a seed)")
+
+
 def plan_text(res: dict, args) -> str:
-    """The printed answer: per policy the count (interval), the per-replica capacity, the confirmation and the
-    headroom; then each policy against the first (or a tie)."""
+    """The printed answer: per policy the count (interval), the per-replica capacity, the long runs at the count
+    and one below, and the headroom; then the ranking against the best (ties shown)."""
     lines = []
     for name, p in res["by_policy"].items():
         if "qps" in res:
             iv = p["replicas_interval"]
             spread = "" if len(p["replicas_by_seed"]) == 1 else (
-                f" [{iv['lo']:.1f}, {iv['hi']:.1f}] (per seed: {', '.join(map(str, p['replicas_by_seed']))})")
-            c, key = p["confirmation"], f"p{p['percentile']:g}_latency_ms"
+                f" [{iv['lo']:.0f}, {iv['hi']:.0f}] (probes per seed: {', '.join(map(str, p['replicas_by_seed']))})")
+            c = p["confirmation"]
             head = (f"; headroom {100 * p['headroom']:+.1f}% ({p['capacity_at_replicas_qps']:.1f} qps)"
                     if "headroom" in p else "")
             lines.append(f"  {name}: {p['replicas']} replica{'s' if p['replicas'] > 1 else ''}{spread} "
                          f"[stack {p['stack']}, router {p['router']}]; one replica holds "
-                         f"{p['capacity_per_replica_qps']:.1f} qps; confirmed: "
-                         f"{'yes' if c['confirmed'] else 'NO'} (p{p['percentile']:g} {c[key]:.1f} ms, "
-                         f"stable {c['stable']}, utilisation {c['utilisation_mean']:.0%}){head}")
+                         f"{p['capacity_per_replica_qps']:.1f} qps; utilisation {c['utilisation_mean']:.0%}{head}")
+            lines.append(f"    confirmed: {_confirmation_text(p['confirmed_at'], p['percentile'])}")
+            lines.append(f"    one below: {_confirmation_text(p['confirmed_below'], p['percentile'])}")
         else:
             lines.append(f"  {name}: {p['replicas']} replicas hold {p['capacity_qps']:.1f} qps [stack {p['stack']}]")
     for name, p in res["by_policy"].items():
         lines += [f"  note: {name}: {n}" for n in p.get("notes", [])]
+    if res["comparisons"]:
+        lines.append(f"  ranking (each against the best; = a tie): {res['comparisons'][0]['ranking']}")
     for c in res["comparisons"]:
         if "replicas_label" in c:
-            lines.append(f"  {c['policy']} vs {c['against']}: {c['replicas_label']}; per replica: "
-                         f"{c['capacity_label']}")
+            lines.append(f"  {c['policy']}: {c['replicas_label']}; per replica: {c['capacity_label']}")
         else:
-            lines.append(f"  {c['policy']} vs {c['against']}: {c['label']}")
+            lines.append(f"  {c['label']}")
     what = (f"{res['qps']:g} qps" if "qps" in res else f"{res['replicas']} replicas")
+    first = next(iter(res["by_policy"].values()))
+    rules = first.get("rules") or first.get("search", {}).get("rules")
     head = (f"dvasim plan {args.config}: {what}, p{res['percentile']:g} <= {res['slo_ms']:g} ms, {res['seeds']} "
             f"seed{'s' if res['seeds'] > 1 else ''}; {Path(args.out)}/plan.json")
-    return "\n".join([head, *lines]) + "\n"
+    return "\n".join([head, *( [f"  rules: {rules_text(rules)}"] if rules else []), *lines]) + "\n"

@@ -34,6 +34,9 @@ def add_parser(sub) -> None:
                    help="also write queries.csv (default: for runs of at most 100,000 queries; queries.parquet "
                         "is always written)")
     add_stack_arguments(p)
+    p.add_argument("--trigger", action="store_true",
+                   help="also run the config from a backlog of one SLO of arrivals ([qos] trigger = \"backlog\"): a "
+                        "run that holds from an empty queue but does not recover is metastable")
     p.add_argument("--triton-config", metavar="PATH", default=None,
                    help="a Triton model configuration (config.pbtxt) for the policy: the config's [policy] is "
                         "replaced by Triton's dynamic batcher as the file sets it, and [engine] instances by its "
@@ -113,7 +116,7 @@ def _run_and_write(args, stop: StopSignals) -> int:
         # records stream to queries.parquet as the run goes: memory stays bounded whatever its length
         triton = [] if args.triton_config is None else [  # the whole [policy] replaced: the file sets it
             f"policy={{triton_config = {json.dumps(str(Path(args.triton_config).absolute()))}}}"]
-        result = run(args.config, overrides=triton + args.set, progress=args.progress or None, engine=args.engine,
+        result = run(args.config, overrides=triton + args.set + (["qos.trigger=backlog"] if args.trigger else []), progress=args.progress or None, engine=args.engine,
                      records=Path(args.out) / "queries.parquet", timeline=args.timeline, stack=args.stack,
                      stop=stop.reason)
     signum = stop.signum

@@ -40,6 +40,16 @@ QOS = Section("qos", "the service's latency target", (
         strict=True),
     Key("warmup_fraction", "number", "share of the first queries (by arrival) left out of the stability verdict, "
         "in [0, 1)", default=0.0, minimum=0, maximum=1, strict_max=True),
+    Key("percentile", "number", "the percentile whose latency must be within target_ms for the verdict \"stable\" "
+        "(MLPerf LoadGen's Server percentile, 99)", default=99.0, minimum=0, maximum=100, strict=True,
+        strict_max=True),
+    Key("trigger", "choice", 'the trigger test: "backlog" runs the config again with a backlog (workload.backlog) '
+        'and calls a run that does not recover "metastable"; "none": no test', default="none",
+        choices=("none", "backlog")),
+    Key("trigger_slos", "number", "the trigger's backlog in SLOs of arrivals: ceil(trigger_slos x rate x target_ms)",
+        default=1.0, minimum=0, strict=True, maximum=1000),
+    Key("trigger_queries", "int", "queries of the trigger's run after its backlog (default: the run's own; a recovery "
+        "shows within a few hundred SLOs)", minimum=2, maximum=20_000_000),
 ))
 
 ENGINE = Section("engine", "the serving pipeline's engine: buffers, instances, device sharing, host costs", (

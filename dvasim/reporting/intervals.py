@@ -236,3 +236,62 @@ def compare_label(a: Interval, b: Interval, names: Sequence[str], *, higher_is_b
         return f"{winner} ahead by {pct:.1f}% (single runs: no interval)"
     lo, hi = sorted((abs(d.lo), abs(d.hi))) if d.lo * d.hi > 0 else (0.0, max(abs(d.lo), abs(d.hi)))
     return f"{winner} ahead by {pct:.1f}% [{lo:.1f}, {hi:.1f}]"
+
+
+def against_best(values: dict[str, Interval], *, higher_is_better: bool = True, resolution: float = 0.0,
+                 unit: str = "") -> dict:
+    """Every entry against the best one (issue 34: never against whichever came first, never a percentage of zero
+    or of a negative base). The best is the highest point (``higher_is_better``; else the lowest), the earlier
+    listed on equal points. Returns ``best``, ``rows`` (one per other entry: ``name``, ``against``,
+    ``difference_%`` of the best's value and its interval, ``tie`` (:func:`tie` at ``resolution``) and a
+    ``label`` such as ``"delaybatch: 18.2% below dvabatch [12.0, 24.4]"`` or ``"zerobatch: tie with dvabatch
+    (difference 1.4% within the interval)"``) and ``ranking``: the names best first (``>``: better than), ``=`` between an entry and
+    the best when tied, ``>`` otherwise (``"dvabatch = delaybatch > zerobatch"``; every entry tied: all ``=``).
+    When the best's value is zero or not finite, percentages cannot be given: the rows say the raw values."""
+    names = list(values)
+    if not names:
+        return {"best": None, "rows": [], "ranking": ""}
+    sign = 1.0 if higher_is_better else -1.0
+    order = sorted(range(len(names)), key=lambda i: (-sign * values[names[i]].point
+                                                     if math.isfinite(values[names[i]].point) else math.inf, i))
+    best = names[order[0]]
+    b = values[best]
+    rows = []
+    for i in order[1:]:
+        name = names[i]
+        a = values[name]
+        same = tie(a, b, resolution)
+        d = relative_difference(a, b) if b.point > 0 and math.isfinite(b.point) else None
+        if d is None or not math.isfinite(d.point):
+            label = (f"{name}: tie with {best}" if same else f"{name}: {a.point:g}{unit} against {best}'s "
+                     f"{b.point:g}{unit} (no percentage of {b.point:g})")
+            rows.append({"name": name, "against": best, "difference_%": math.nan,
+                         "difference_interval_%": [math.nan, math.nan], "tie": same, "label": label})
+            continue
+        if same:
+            within = abs(a.point - b.point) <= float(resolution) * _scale(a, b)
+            why = "the search's resolution" if within and resolution > 0 else "the interval"
+            label = f"{name}: tie with {best} (difference {abs(d.point):.1f}% within {why})"
+        else:
+            word = "below" if higher_is_better else "above"
+            lo, hi = sorted((abs(d.lo), abs(d.hi))) if d.lo * d.hi > 0 else (0.0, max(abs(d.lo), abs(d.hi)))
+            span = " (single runs: no interval)" if d.method == "single run" else f" [{lo:.1f}, {hi:.1f}]"
+            label = f"{name}: {abs(d.point):.1f}% {word} {best}{span}"
+        rows.append({"name": name, "against": best, "difference_%": d.point, "difference_interval_%": [d.lo, d.hi],
+                     "tie": same, "label": label})
+    ranking = best
+    for r in rows:
+        ranking += (" = " if r["tie"] else " > ") + r["name"]
+    return {"best": best, "rows": rows, "ranking": ranking}
+
+
+def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """One-sided bounds ``(lower, upper)`` on a binomial fraction after ``k`` successes in ``n`` trials: each
+    holds with probability ``confidence``."""
+    # imported here: scipy.stats takes half a second, and the command line's parser imports this module (its help)
+    from scipy.stats import beta
+
+    a = 1.0 - confidence
+    lower = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    upper = 1.0 if k == n else float(beta.ppf(1.0 - a, k + 1, n - k))
+    return lower, upper

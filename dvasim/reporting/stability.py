@@ -80,7 +80,7 @@ MIN_QUERIES = 60  # fewer measured queries: judged on completion only
 BATCHES_PER_THIRD = 5  # batch means for the trend's standard error
 RATE_KINDS = ("poisson", "uniform", "gamma")  # workload kinds whose offered rate is rate_qps
 
-__all__ = ["stability", "level_stats", "offered_rates", "run_verdict", "THROUGHPUT_MIN", "TREND_MAX", "TREND_Z",
+__all__ = ["stability", "level_stats", "offered_rates", "THROUGHPUT_MIN", "TREND_MAX", "TREND_Z",
            "MIN_QUERIES"]
 
 
@@ -229,17 +229,3 @@ def offered_rates(workload: Mapping, n: int) -> np.ndarray:
     if kind in RATE_KINDS:
         return np.full(n, float(workload["rate_qps"]))
     return np.full(n, math.nan)
-
-
-def run_verdict(store, cfg: Mapping, offered: np.ndarray) -> dict:
-    """The summary keys a run adds: :func:`stability` of its measured queries (with ``[qos] warmup_fraction``;
-    an interrupted run's queries that had not arrived are left out), and for a stepping load the ``levels`` list
-    (:func:`level_stats` of each level)."""
-    qos = cfg["qos"]
-    arrival, _, finish, _ = store.measured()
-    status = store.measured_status()
-    out = stability(arrival, finish, qos.get("warmup_fraction", 0.0), status=status)
-    if cfg["workload"].get("kind") == "stepping":
-        out["levels"] = level_stats(finish - arrival, offered[:len(arrival)], qos["target_ms"],
-                                    arrival=arrival, finish=finish, status=status)
-    return out

@@ -11,22 +11,41 @@ capacity and bisects it:
    capacity is at least the reported value).
 2. **Bisect** in log scale until ``hi / lo - 1 <= resolution`` (default 2%); the capacity is ``lo``.
 
-**A probe** (one offered rate) runs the config at that rate and decides whether the SLO holds *with confidence*,
-in the spirit of MLPerf LoadGen's early stopping: the SLO holds when the fraction of queries slower than
-``slo_ms`` (unfinished ones count as slower) is at most ``1 - percentile / 100``. With ``k`` slow queries out of
-``n``, the one-sided Clopper-Pearson bounds at ``confidence`` (default 95%) on the true fraction decide: pass if
-the upper bound is within the allowed fraction, fail if the lower bound is above it. Otherwise the probe runs
-again with twice the queries (and a new seed), from ``min_queries`` (default: the fewest that can pass with no
-slow query: ``ln(1 - confidence) / ln(percentile / 100)``, 299 for p99 at 95%, and at least 1,000) up to
-``max_queries`` (default 64,000); still undecided there, the point estimate decides and the probe is marked
-``decided_by = "estimate"``. A run whose throughput falls short of the offered rate (unstable) fails.
+**A probe** (one offered rate) runs the config at that rate and decides whether the SLO holds by MLPerf LoadGen's
+Server-scenario rules (mlcommons/inference b66003e):
+
+* **Length.** At least ``min_duration_s`` simulated seconds of arrivals (``rate x min_duration_s`` queries;
+  default 60 s, a tenth of LoadGen's Server rule of 600 s, ``loadgen/mlperf.conf:85``: give ``min_duration_s =
+  600`` for it; LoadGen's library default of 10 s, ``test_settings.h:197``, was shown too short:
+  :data:`MIN_DURATION_S`) and at least ``min_queries``
+  (default the fewest that can pass at all, 459 for p99 at 99%, and at least LoadGen's ``min_query_count`` of
+  100, ``test_settings.h:199``).
+* **Early stopping** (``loadgen/results.cc:232-256``, ``early_stopping.cc``): with ``k`` of ``n`` queries slower
+  than ``slo_ms`` (unfinished and refused ones count as slower), the SLO holds when the one-sided binomial bound
+  on the late share at ``confidence`` (LoadGen's 0.99) is within ``1 - percentile / 100``: LoadGen's ``n >= h(k)
+  + k`` exactly (tested against its formula). It fails when the lower bound is above the allowed share; otherwise
+  the probe runs again with twice the queries (and a new seed), at most ``max_queries`` (default 8x its first);
+  still undecided there, the point estimate decides. A run that is not in a steady state fails
+  (:func:`dvasim.reporting.stability.stability`).
+* **Trigger** (``trigger = "backlog"``, the default): an accepted rate is probed again with a backlog of
+  ``trigger_slos`` SLOs of arrivals waiting at the start (``[workload] backlog``); a rate the server holds from an
+  empty queue but not after the backlog (:func:`dvasim.reporting.verdict.recovery`) is **metastable** and fails.
+  (Bronson et al., HotOS '21; Huang et al., OSDI '22: a system that serves a load only when it starts empty is not
+  serving it.)
+
+Each probe's record says its ``verdict`` (:data:`dvasim.reporting.verdict.VERDICTS`) and ``decided_by``, the rule
+that decided it; the result's ``rules`` say the rules every probe ran under. Issue 34 chose the defaults so that
+no answer of the issue's cases flips in a run ten times longer (``experiments/long_run_check.py``); the old rule
+(1,000 queries doubling to 64,000 at 95%, no duration, no trigger) accepted rates that collapse later.
 
 :func:`capacity` returns a dict (also written to ``capacity.json`` by ``dvasim capacity``): ``capacity_qps``, the
 bracket, the resolution reached, ``top_exceeded``, the serving ``stack`` the probes ran on and every probe.
 ``stack`` (a stack's name, :mod:`dvasim.server`) and ``engine`` (an engine file from ``dvasim fit``) apply to every
 probe, as ``dvasim run --stack / --engine`` does; the engine file is merged before ``overrides``.
 
-**Seeds** (``seeds = K``, ``dvasim capacity --seeds K``, 1..:data:`MAX_SEEDS`): ``K`` independent searches, the
+**Seeds** (``seeds = K``, ``dvasim capacity --seeds K``, 1..:data:`MAX_SEEDS`): ``K`` independent searches (on
+``workers`` processes, default one per core, or a Dask cluster: :mod:`dvasim.studies.parallel`; the result does
+not depend on them), the
 ``i``-th from workload seed ``seed + i * a`` (``a`` the seeds one probe may take while it doubles its queries:
 :func:`search_seeds`; searches that shared a seed would replay the same arrivals and not be independent). The
 result's ``capacity_qps`` is their mean, ``capacity_interval`` its Student-t interval at 95%
@@ -34,9 +53,10 @@ result's ``capacity_qps`` is their mean, ``capacity_interval`` its Student-t int
 the sound way to its noise, not a bootstrap over queries), ``capacity_by_seed`` each search's, ``searches`` each
 search's bracket and note, and every probe says its search's ``search_seed``. One search (the default) is exactly
 the search as it always was, with ``seeds``, ``capacity_by_seed`` and a ``"single run"`` interval added.
-:func:`compare_policies` finds the capacity under several policies and words each against the first: the
-difference with its interval, or a tie when the difference is within the intervals or the searches' resolution
-(:func:`dvasim.reporting.intervals.tie`).
+:func:`compare_policies` finds the capacity under several policies and words each against the best (the highest
+capacity; never against whichever came first, never a percentage of zero): the difference with its interval, or a
+tie when the difference is within the intervals or the searches' resolution
+(:func:`dvasim.reporting.intervals.against_best`), and a ranking with the ties shown (``a = b > c``).
 
 **Limits**, all checked (with the config itself, built as a probe would build it) before the first probe runs, each
 bad setting a one-line :class:`~dvasim.errors.ConfigError` naming its flag: the search's settings are declared once
@@ -58,7 +78,8 @@ import numpy as np
 
 from dvasim import config as cfgmod
 from dvasim.errors import ConfigError, IncompleteRunWarning
-from dvasim.reporting.intervals import Interval, compare_label, over_seeds, relative_difference, tie
+from dvasim.reporting.intervals import Interval, against_best, clopper_pearson, over_seeds
+from dvasim.reporting.verdict import default_backlog, percentile_ms, recovery
 from dvasim.schema import Key, Section
 from dvasim.workload.arrivals import MAX_QUERIES
 
@@ -68,38 +89,63 @@ MAX_BISECTIONS = 64  # from MAX_RATE_QPS * 2**MAX_DOUBLINGS down to 1e-4 takes u
 MAX_DOUBLINGS = 30
 MAX_RATE_QPS = 1e9
 MAX_SEEDS = 100  # independent searches of one capacity (--seeds)
+MIN_DURATION_S = 60.0  # a tenth of LoadGen's Server rule (600 s, loadgen/mlperf.conf:85); its library default is 10 s
+# (test_settings.h:197), which issue 34's Titan RTX case showed too short: 10 s probes put DVABatch's capacity at
+# 789 qps, where 100 s runs are over the SLO (its bad episodes recur every ~10 s); 60 s probes say 760, and 600 s
+# runs there hold (experiments/long_run_check.py)
+MAX_DURATION_S = 86_400.0
+LOADGEN_MIN_QUERY_COUNT = 100  # LoadGen's default min_query_count (loadgen/test_settings.h:199)
+PROBE_DOUBLINGS = 3  # an undecided probe doubles its queries at most this often by default (8 x its first)
+QUICK_LOOK = 2000  # queries a probe runs first, to fail an overloaded rate without its full length (its prefix)
 INTERVAL_CONFIDENCE = 0.95  # of the interval over seeds (each probe's verdict has its own ``confidence``)
 
 OPTIONS = Section("capacity", "the capacity search's settings (dvasim capacity's flags; a sweep's [capacity])", (
     Key("slo_ms", "number", "the latency objective (ms); required", minimum=0, strict=True),
     Key("percentile", "number", "the percentile that must meet it", default=99.0, minimum=0, maximum=100,
         strict=True, strict_max=True),
-    Key("confidence", "number", "confidence of each probe's verdict", default=0.95, minimum=0.5, maximum=1,
-        strict_max=True),
+    Key("confidence", "number", "confidence of each probe's verdict (LoadGen's early stopping: 0.99)", default=0.99,
+        minimum=0.5, maximum=1, strict_max=True),
     Key("resolution", "number", "relative width of the final bracket (hi / lo - 1)", default=0.02,
         minimum=MIN_RESOLUTION, maximum=1, strict_max=True),
-    Key("max_queries", "int", "most queries of one probe (at least the first probe's: 1000 for p99 at 95%)",
-        default=64_000, minimum=1, maximum=MAX_QUERIES),
-    Key("min_queries", "int", "queries of a rate's first probe (default: max(1000, the fewest that can pass))",
+    Key("min_duration_s", "number", "simulated seconds of arrivals a probe runs at least (60; LoadGen's Server "
+        "rule 600)", default=MIN_DURATION_S, minimum=0, maximum=MAX_DURATION_S),
+    Key("max_queries", "int", "most queries of one probe as it doubles them (default: 8 x its first)",
         minimum=1, maximum=MAX_QUERIES),
+    Key("min_queries", "int", "fewest queries of a probe (default: max(100, the fewest that can pass: 459 for p99 "
+        "at 0.99))", minimum=1, maximum=MAX_QUERIES),
+    Key("trigger", "choice", 'the trigger test of every accepted rate: "backlog" (the probe again with '
+        'trigger_slos SLOs of arrivals waiting; no recovery: metastable) or "none"', default="backlog",
+        choices=("backlog", "none")),
+    Key("trigger_slos", "number", "the trigger's backlog, in SLOs of arrivals at the probed rate", default=1.0,
+        minimum=0, strict=True, maximum=1000),
     Key("max_doublings", "int", "most doublings of the bracket's top", default=8, minimum=0, maximum=MAX_DOUBLINGS),
     Key("lo", "number", "bottom of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
     Key("hi", "number", "top of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
     Key("seeds", "int", "independent searches (workload seeds apart); the capacity their mean, with its t interval",
         default=1, minimum=1, maximum=MAX_SEEDS),
+    Key("workers", "int", "processes running independent searches at once (default: one per core, at most the "
+        "searches)", minimum=1, maximum=256),
 ))
 
 
-def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
-    """One-sided bounds ``(lower, upper)`` on a binomial fraction after ``k`` successes in ``n`` trials: each
-    holds with probability ``confidence``."""
-    # imported here: scipy.stats takes half a second, and the command line's parser imports this module (its help)
-    from scipy.stats import beta
+BATCHES = 30  # consecutive batches of a probe's queries for the late share's variance (batch means)
 
-    a = 1.0 - confidence
-    lower = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
-    upper = 1.0 if k == n else float(beta.ppf(1.0 - a, k + 1, n - k))
-    return lower, upper
+
+def inflation(late: np.ndarray, batches: int = BATCHES) -> float:
+    """How much more the late share of a run varies than independent queries' would: the variance of the late
+    share over ``batches`` consecutive batches of queries (batch means), over the binomial variance ``p (1 - p) /
+    m`` of a batch of ``m``; at least 1. Successive latencies in a queue are correlated (late queries come in
+    busy periods), so ``k`` late of ``n`` carry the evidence of ``k / f`` of ``n / f`` independent ones: the probe's
+    bounds use those (LoadGen's early stopping assumes independent queries and makes up for it with 600 s runs;
+    a 10 s probe cannot). With no late query, or all, there is no variance to measure: 1."""
+    n = late.size
+    k = int(np.count_nonzero(late))
+    if k == 0 or k == n or n < 2 * batches:
+        return 1.0
+    m = n // batches
+    shares = late[:m * batches].reshape(batches, m).mean(axis=1)
+    p = k / n
+    return max(1.0, float(shares.var(ddof=1)) * m / (p * (1.0 - p)))
 
 
 def min_queries_to_pass(percentile: float, confidence: float) -> int:
@@ -115,29 +161,37 @@ def throughput_bound_qps(profile, instances: int = 1) -> float:
 
 
 def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[str] | None = None,
-             confidence: float = 0.95, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
-             min_queries: int | None = None, max_queries: int = 64_000, max_doublings: int = 8,
-             progress=None, stack: str | None = None, engine=None, seeds: int = 1) -> dict[str, Any]:
+             confidence: float = 0.99, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
+             min_queries: int | None = None, max_queries: int | None = None, max_doublings: int = 8,
+             min_duration_s: float = MIN_DURATION_S, trigger: str = "backlog", trigger_slos: float = 1.0,
+             progress=None, stack: str | None = None, engine=None, seeds: int = 1,
+             workers: int | None = None, dask=None) -> dict[str, Any]:
     """The capacity of ``config`` under the SLO (see the module docstring). ``progress``: a callable given each
     probe as it is decided. ``stack``: the serving stack by name; ``engine``: an engine file (``dvasim fit``).
     ``seeds``: independent searches (:func:`search_seeds`), their mean the capacity, with its t interval."""
     plan = prepare(config, slo_ms, percentile=percentile, overrides=overrides, confidence=confidence,
                    resolution=resolution, lo=lo, hi=hi, min_queries=min_queries, max_queries=max_queries,
-                   max_doublings=max_doublings, stack=stack, engine=engine, seeds=seeds)
+                   max_doublings=max_doublings, min_duration_s=min_duration_s, trigger=trigger,
+                   trigger_slos=trigger_slos, stack=stack, engine=engine, seeds=seeds, workers=workers,
+                   dask=dask)
     return search(plan, progress)
 
 
 def prepare(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[str] | None = None,
-            confidence: float = 0.95, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
-            min_queries: int | None = None, max_queries: int = 64_000, max_doublings: int = 8,
-            stack: str | None = None, engine=None, seeds: int = 1) -> dict[str, Any]:
+            confidence: float = 0.99, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
+            min_queries: int | None = None, max_queries: int | None = None, max_doublings: int = 8,
+            min_duration_s: float = MIN_DURATION_S, trigger: str = "backlog", trigger_slos: float = 1.0,
+            stack: str | None = None, engine=None, seeds: int = 1, workers: int | None = None,
+            dask=None) -> dict[str, Any]:
     """Everything :func:`capacity` checks before its first probe, done: the settings, the config as a probe would
     run it and the seeds of its searches; returns the plan :func:`search` runs."""
     from dvasim.api import load_profile
 
     n0 = check_options({"slo_ms": slo_ms, "percentile": percentile, "confidence": confidence,
                         "resolution": resolution, "min_queries": min_queries, "max_queries": max_queries,
-                        "max_doublings": max_doublings, "lo": lo, "hi": hi, "seeds": seeds}, stack=stack)
+                        "max_doublings": max_doublings, "lo": lo, "hi": hi, "seeds": seeds,
+                        "min_duration_s": min_duration_s, "trigger": trigger, "trigger_slos": trigger_slos,
+                        "workers": workers}, stack=stack)
     raw = _rate_config(config, overrides, engine)
     cfg = cfgmod.resolve(raw)
     profile = load_profile(cfg["model"])
@@ -151,33 +205,54 @@ def prepare(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[
     check_probe_config(raw, stack, lo, n0, max_queries)
     return {"raw": raw, "slo_ms": slo_ms, "percentile": percentile, "confidence": confidence,
             "resolution": resolution, "n0": n0, "max_queries": max_queries, "max_doublings": max_doublings,
-            "lo": lo, "hi": hi, "bound": bound, "stack": stack,
+            "lo": lo, "hi": hi, "bound": bound, "stack": stack, "workers": workers, "dask": dask,
+            "rules": {"min_duration_s": float(min_duration_s), "min_queries": n0, "max_queries": max_queries,
+                      "confidence": confidence, "trigger": trigger, "trigger_slos": float(trigger_slos)},
             "seeds": search_seeds(raw.get("workload", {}).get("seed", 0), int(seeds), n0, max_queries)}
 
 
 def search(plan: dict[str, Any], progress=None) -> dict[str, Any]:
-    """The searches of a plan (:func:`prepare`): one search is :func:`capacity`'s result as it always was, with
-    ``seeds``, ``capacity_by_seed`` and ``capacity_interval`` added; several are combined (:func:`_combined`)."""
-    results = []
+    """The searches of a plan (:func:`prepare`), one per seed, on ``plan["workers"]`` processes
+    (:func:`dvasim.studies.parallel.map_jobs`; the result does not depend on them): one search is
+    :func:`capacity`'s result with ``seeds``, ``capacity_by_seed`` and ``capacity_interval`` added; several are
+    combined (:func:`_combined`)."""
+    from dvasim.studies.parallel import map_jobs
+
     many = len(plan["seeds"]) > 1
-    for s in plan["seeds"]:
-        raw = plan["raw"]
-        if many:
-            raw = copy.deepcopy(raw)
-            raw["workload"]["seed"] = s
-        probe = Probe(raw, plan["slo_ms"], plan["percentile"], plan["confidence"], plan["n0"], plan["max_queries"],
-                      stack=plan["stack"], progress=progress, tag={"search_seed": s} if many else None)
-        cap, bracket, top_exceeded, note = bracket_and_bisect(probe, plan["lo"], plan["hi"], plan["max_doublings"],
-                                                              plan["resolution"])
-        results.append(_result(cap, bracket, plan["slo_ms"], plan["percentile"], plan["confidence"],
-                               plan["resolution"], top_exceeded, probe.probes, plan["bound"], probe.ran_on,
-                               note=note))
+    portable = {k: v for k, v in plan.items() if k != "dask"}  # what travels to a worker (a Client does not)
+    results = map_jobs(_one_search, [(portable, s, many) for s in plan["seeds"]], workers=plan.get("workers"),
+                       dask=plan.get("dask"), progress=progress, records=lambda r: r["probes"])
     if not many:
         res = results[0]
         res.update(seeds=list(plan["seeds"]), capacity_by_seed=[res["capacity_qps"]],
                    capacity_interval=over_seeds([res["capacity_qps"]]).as_dict())
         return res
     return _combined(results, plan["seeds"])
+
+
+def _one_search(job: tuple[dict[str, Any], Any, bool], progress=None) -> dict[str, Any]:
+    """One search of a plan from workload seed ``s`` (a job of :func:`search`)."""
+    plan, s, many = job
+    raw = plan["raw"]
+    if many:
+        raw = copy.deepcopy(raw)
+        raw["workload"]["seed"] = s
+    probe = make_probe(raw, plan, progress=progress, tag={"search_seed": s} if many else None)
+    cap, bracket, top_exceeded, note = bracket_and_bisect(probe, plan["lo"], plan["hi"], plan["max_doublings"],
+                                                          plan["resolution"])
+    res = _result(cap, bracket, plan["slo_ms"], plan["percentile"], plan["confidence"], plan["resolution"],
+                  top_exceeded, probe.probes, plan["bound"], probe.ran_on, note=note)
+    res["rules"] = plan["rules"]
+    return res
+
+
+def make_probe(raw: dict[str, Any], plan: dict[str, Any], *, progress=None, tag=None, cls=None, **kw):
+    """The :class:`Probe` (or ``cls``) of a plan's rules for ``raw``."""
+    rules = plan["rules"]
+    return (cls or Probe)(raw, slo_ms=plan["slo_ms"], percentile=plan["percentile"], confidence=plan["confidence"],
+                          n0=plan["n0"], max_queries=plan["max_queries"], stack=plan["stack"], progress=progress,
+                          tag=tag, min_duration_s=rules["min_duration_s"], trigger=rules["trigger"],
+                          trigger_slos=rules["trigger_slos"], **kw)
 
 
 def search_seeds(seed0, k: int, n0: int, max_queries: int) -> list:
@@ -187,7 +262,7 @@ def search_seeds(seed0, k: int, n0: int, max_queries: int) -> list:
     first half of its arrivals, and the searches would not be independent. One search keeps ``seed0`` as given."""
     if k == 1:
         return [seed0]
-    a = 1 + doublings(n0, max_queries)
+    a = 1 + probe_doublings(n0, max_queries)
     from dvasim.workload.config import MAX_SEED
 
     seed0 = int(seed0)
@@ -197,6 +272,12 @@ def search_seeds(seed0, k: int, n0: int, max_queries: int) -> list:
                                      f"search), beyond 2**63 - 1; give fewer seeds or a workload.seed of at most "
                                      f"{MAX_SEED - k * a + 1}")
     return [seed0 + i * a for i in range(k)]
+
+
+def probe_doublings(n0: int, max_queries: int | None) -> int:
+    """The most times a probe may double its queries: :data:`PROBE_DOUBLINGS` by default, else as many as
+    ``max_queries`` allows from ``n0`` (a probe's duration may start it higher: fewer then)."""
+    return PROBE_DOUBLINGS if max_queries is None else doublings(n0, max_queries)
 
 
 def doublings(n0: int, max_queries: int) -> int:
@@ -225,7 +306,8 @@ def _combined(results: list[dict[str, Any]], seeds: list) -> dict[str, Any]:
             "resolution_asked": results[0]["resolution_asked"],
             "top_exceeded": all(r["top_exceeded"] for r in results),
             "throughput_bound_qps": results[0]["throughput_bound_qps"],
-            "n_probes": sum(r["n_probes"] for r in results), "probes": [p for r in results for p in r["probes"]],
+            "n_probes": sum(r["n_probes"] for r in results), "n_metastable": sum(r["n_metastable"] for r in results),
+            "rules": results[0]["rules"], "probes": [p for r in results for p in r["probes"]],
             "searches": [{"seed": s, **{k: v for k, v in r.items() if k != "probes"}} for s, r in zip(seeds, results)],
             "note": "; ".join(notes)}
 
@@ -258,25 +340,23 @@ def compare_policies(config, slo_ms: float, policies: list[str], *, overrides: l
     by_policy = {}
     for name, plan in plans.items():
         by_policy[name] = search(plan, None if progress is None else (lambda p, n=name: progress({**p, "policy": n})))
-    return {"policies": list(policies), "by_policy": by_policy,
-            "comparisons": policy_comparisons(by_policy, kw.get("resolution", 0.02))}
+    comps = policy_comparisons(by_policy, kw.get("resolution", 0.02))
+    return {"policies": list(policies), "by_policy": by_policy, "comparisons": comps,
+            "ranking": comps[0]["ranking"] if comps else policies[0]}
 
 
 def policy_comparisons(by_policy: dict[str, dict[str, Any]], resolution: float) -> list[dict[str, Any]]:
-    """Each policy's capacity against the first's: the difference (percent of the first's, its interval), whether
-    it is a tie at ``resolution`` (or at the resolution a search reached, when coarser) and the phrase."""
-    names = list(by_policy)
-    ref = names[0]
-    out = []
-    for name in names[1:]:
-        a, b = (Interval(**by_policy[k]["capacity_interval"]) for k in (name, ref))
-        reached = [by_policy[k]["resolution"] for k in (name, ref) if by_policy[k]["resolution"] is not None]
-        res = max([float(resolution), *reached])
-        d = relative_difference(a, b)
-        out.append({"policy": name, "against": ref, "difference_%": d.point, "difference_interval_%": [d.lo, d.hi],
-                    "resolution": res, "tie": tie(a, b, res),
-                    "label": compare_label(a, b, (name, ref), higher_is_better=True, resolution=res)})
-    return out
+    """Each policy's capacity against the best one's (:func:`dvasim.reporting.intervals.against_best`): the
+    difference (percent of the best's capacity, its interval), whether it is a tie at ``resolution`` (or at the
+    resolution a search reached, when coarser) and the phrase; each row also holds the ``ranking`` (ties shown
+    with ``=``)."""
+    reached = [v["resolution"] for v in by_policy.values() if v["resolution"] is not None]
+    res = max([float(resolution), *reached])
+    cmp = against_best({k: Interval(**v["capacity_interval"]) for k, v in by_policy.items()}, resolution=res,
+                       unit=" qps")
+    return [{"policy": r["name"], "against": r["against"], "difference_%": r["difference_%"],
+             "difference_interval_%": r["difference_interval_%"], "resolution": res, "tie": r["tie"],
+             "label": r["label"], "ranking": cmp["ranking"]} for r in cmp["rows"]]
 
 
 def flag(name: str) -> str:
@@ -304,8 +384,8 @@ def check_options(options: dict[str, Any], *, stack: str | None = None, where: s
         raise ConfigError(name("slo_ms"), "missing; the latency objective (ms), e.g. 50")
     pct = float(given.get("percentile", OPTIONS.default("percentile")))
     conf = float(given.get("confidence", OPTIONS.default("confidence")))
-    most = given.get("max_queries", OPTIONS.default("max_queries"))
-    first = given.get("min_queries", max(1000, min_queries_to_pass(pct, conf)))
+    most = given.get("max_queries", MAX_QUERIES)
+    first = given.get("min_queries", max(LOADGEN_MIN_QUERY_COUNT, min_queries_to_pass(pct, conf)))
     if first > most:
         why = (f"the first probe's queries (min_queries = {first:,})" if "min_queries" in given else
                f"the fewest with which a probe can pass p{pct:.12g} at {conf:.12g} confidence ({first:,})")
@@ -325,8 +405,11 @@ def probe_config(raw: dict[str, Any], rate: float, n: int, seed: int) -> dict[st
     """The config of one probe: ``raw`` (copied) at ``rate`` with ``n`` queries and ``seed``, without progress."""
     trial = copy.deepcopy(raw)
     trial["workload"].pop("time_scale", None)  # a trace is scaled to the probe's rate instead
+    trial["workload"].pop("backlog", None)  # the probe's trigger sets its own
     trial["workload"].update(rate_qps=float(rate), n_queries=int(n), seed=seed)
     trial.setdefault("engine", {})["progress"] = False
+    if isinstance(trial.get("qos"), dict):
+        trial["qos"]["trigger"] = "none"  # the probe tests accepted rates itself
     return trial
 
 
@@ -339,8 +422,8 @@ def check_probe_config(raw: dict[str, Any], stack: str | None = None, rate: floa
     _check_rate_kind(raw)
     seed = first = raw["workload"].get("seed", 0)
     # a probe's queries (at most max_queries, within any run's limit: OPTIONS) need no building to check
-    if isinstance(seed, int) and not isinstance(seed, bool) and max_queries is not None:
-        seed += doublings(n, max_queries)  # as Probe.__call__ goes on
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        seed += probe_doublings(n, max_queries)  # as Probe.__call__ goes on
     try:
         check_buildable(probe_config(raw, rate, n, seed), stack)
     except ConfigError as e:
@@ -383,52 +466,99 @@ def _check_rate_kind(raw: dict[str, Any]) -> None:
 
 class Probe:
     """The probes of one capacity search: calling it with an offered rate runs the config at that rate, with more
-    queries until the SLO's verdict is confident (module docstring), and returns whether the SLO holds. Every
-    decided probe is kept in ``probes`` (and given to ``progress``); ``ran_on`` holds the stack they ran on."""
+    queries until the SLO's verdict is confident (module docstring), tests an accepted rate with a backlog (the
+    trigger), and returns whether the SLO holds. Every decided probe is kept in ``probes`` (and given to
+    ``progress``) with its ``verdict`` (:data:`dvasim.reporting.verdict.VERDICTS`) and the rule that decided it
+    (``decided_by``); ``ran_on`` holds the stack they ran on."""
 
     def __init__(self, raw: dict[str, Any], slo_ms: float, percentile: float, confidence: float, n0: int,
-                 max_queries: int, *, stack: str | None = None, progress=None, tag: dict[str, Any] | None = None):
+                 max_queries: int | None, *, stack: str | None = None, progress=None, tag: dict[str, Any] | None = None,
+                 min_duration_s: float = MIN_DURATION_S, trigger: str = "backlog", trigger_slos: float = 1.0):
         self.raw, self.slo_ms, self.percentile, self.confidence = raw, slo_ms, percentile, confidence
         self.tag = dict(tag or {})  # added to every probe's record (several searches: the search's seed)
         self.n0, self.max_queries, self.stack, self.progress = n0, max_queries, stack, progress
+        self.min_duration_s, self.trigger, self.trigger_slos = float(min_duration_s), trigger, float(trigger_slos)
         self.allowed = 1.0 - percentile / 100.0
         self.seed0 = int(raw.get("workload", {}).get("seed", 0))
         self.probes: list[dict[str, Any]] = []
         self.ran_on: list[str] = []  # the stack the probes ran on (summary["stack"])
 
+    def first_queries(self, rate: float) -> int:
+        """A probe's first query count at ``rate``: LoadGen's two minimums, the duration (``rate x
+        min_duration_s``) and the count (``n0``: at least the fewest that can pass)."""
+        return min(max(int(self.n0), math.ceil(float(rate) * self.min_duration_s)), MAX_QUERIES)
+
+    def most_queries(self, first: int) -> int:
+        """The most queries a probe doubles up to from ``first``: ``max_queries``, or ``8 x first``."""
+        top = first * 2 ** PROBE_DOUBLINGS if self.max_queries is None else max(first, int(self.max_queries))
+        return min(top, MAX_QUERIES)
+
     def __call__(self, rate: float) -> bool:
-        n, attempt = self.n0, 0
+        full = self.first_queries(rate)
+        top, attempt = self.most_queries(full), 0
+        n = min(full, max(int(self.n0), QUICK_LOOK))  # a quick look first: an overloaded rate fails at once
         while True:
             res = self._run(rate, n, attempt)
             lat = res.queries["latency_ms"].to_numpy()
-            slow = int(np.count_nonzero(~(lat <= self.slo_ms)))  # NaN (never finished) counts as slow
-            lower, upper = clopper_pearson(slow, n, self.confidence)
+            late = ~(lat <= self.slo_ms)  # NaN (never finished, refused) counts as slow
+            slow = int(np.count_nonzero(late))
+            vif = inflation(late)
+            lower, upper = clopper_pearson(slow / vif, n / vif, self.confidence)
             s = res.summary
             served = s["throughput_qps"] / s["offered_qps"] if s.get("offered_qps") else math.nan
-            unstable = bool(s.get("stable") is False) or (math.isfinite(served) and served < 0.9) or bool(res.stuck)
+            steady = s.get("steady_state", s.get("stable")) is not False
+            unstable = not steady or (math.isfinite(served) and served < 0.9) or bool(res.stuck)
             if unstable or lower > self.allowed:
-                ok, how = False, "unstable" if unstable else "confident"
+                ok = False
+                how = "stability rule" if unstable else f"lower bound above the allowed share at {self.confidence:g}"
+                if n < full:
+                    how += f" (a quick look of {n:,} queries)"
+            elif n < full:  # the quick look did not fail: the probe's own length (a random load's first queries are the same)
+                n = full
+                continue
             elif upper <= self.allowed:
-                ok, how = True, "confident"
-            elif n * 2 <= self.max_queries:
+                ok, how = True, f"early stopping at {self.confidence:g} (LoadGen)" + (
+                    f", late queries clustered: n_eff = n / {vif:.3g}" if vif > 1 else "")
+            elif n * 2 <= top:
                 n, attempt = n * 2, attempt + 1
                 continue
             else:
-                ok, how = slow / n <= self.allowed, "estimate"
-            rec = {"rate_qps": float(rate), "n_queries": int(n), "slow": slow, "slow_fraction": slow / n,
-                   "slow_bounds": [lower, upper], f"p{self.percentile:g}_latency_ms": float(np.percentile(
-                       np.where(np.isnan(lat), np.inf, lat), self.percentile)),
-                   "served_fraction": served, "within_slo": ok, "decided_by": how, **self.tag}
+                ok, how = slow / n <= self.allowed, f"estimate at the most queries ({n:,})"
+            refused = (s.get("n_rejected", 0) + s.get("n_timed_out", 0)) / n
+            verdict = "stable" if ok else "unstable" if unstable else (
+                "rejecting" if refused > self.allowed else "over-SLO")
+            rec = {"rate_qps": float(rate), "n_queries": int(n), "duration_s": n / float(rate), "slow": slow,
+                   "slow_fraction": slow / n, "slow_bounds": [lower, upper], "variance_inflation": vif,
+                   f"p{self.percentile:g}_latency_ms": percentile_ms(lat, self.percentile),
+                   "served_fraction": served, "within_slo": ok, "verdict": verdict, "decided_by": how, **self.tag}
+            if ok and self.trigger != "none":
+                trig = self._trigger(rate, n, attempt)
+                rec["trigger"] = trig
+                if not trig["recovered"]:
+                    ok = False
+                    rec.update(within_slo=False, verdict="metastable", decided_by="trigger: " + trig["reason"])
             self.probes.append(rec)
             if self.progress is not None:
                 self.progress(rec)
             return ok
 
-    def _run(self, rate: float, n: int, attempt: int):
-        """One run of the config at ``rate`` with ``n`` queries and the attempt's seed."""
+    def _trigger(self, rate: float, n: int, attempt: int) -> dict[str, Any]:
+        """The accepted probe again with a backlog of ``trigger_slos`` SLOs of arrivals at ``rate``
+        (:func:`dvasim.reporting.verdict.default_backlog`): did it recover (:func:`~dvasim.reporting.verdict.recovery`)?"""
+        backlog = default_backlog(rate, self.slo_ms, self.trigger_slos)
+        res = self._run(rate, n, attempt, backlog=backlog)
+        q = res.queries
+        return recovery(q["arrival_ms"].to_numpy(), q["finish_ms"].to_numpy(), backlog, self.slo_ms,
+                        self.percentile, status=q["status"].to_numpy())
+
+    def _run(self, rate: float, n: int, attempt: int, backlog: int = 0):
+        """One run of the config at ``rate`` with ``n`` queries (after ``backlog`` waiting ones) and the attempt's
+        seed."""
         from dvasim.api import run_whole as run
 
         trial = probe_config(self.raw, rate, n, self.seed0 + attempt)
+        if backlog:
+            trial["workload"]["backlog"] = int(backlog)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IncompleteRunWarning)
             res = run(trial, progress=False, stack=self.stack)
@@ -473,7 +603,8 @@ def _result(cap, bracket, slo_ms, percentile, confidence, resolution, top_exceed
             "confidence": confidence, "bracket_qps": [lo, hi if math.isfinite(hi) else None],
             "resolution": (hi / lo - 1.0) if lo > 0 and math.isfinite(hi) else None,
             "resolution_asked": resolution, "top_exceeded": top_exceeded,
-            "throughput_bound_qps": bound, "n_probes": len(probes), "probes": probes, "note": note}
+            "throughput_bound_qps": bound, "n_probes": len(probes),
+            "n_metastable": sum(p.get("verdict") == "metastable" for p in probes), "probes": probes, "note": note}
 
 
 def sustained_capacity(config: dict[str, Any], slo_ms: float, top: float, *, steps: int = 12,

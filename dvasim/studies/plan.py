@@ -43,7 +43,7 @@ from typing import Any
 
 from dvasim import config as cfgmod
 from dvasim.errors import ConfigError, IncompleteRunWarning
-from dvasim.reporting.intervals import Interval, over_seeds_counts, tie
+from dvasim.reporting.intervals import Interval, against_best, over_seeds_counts
 from dvasim.server.router import ALIASES, MAX_REPLICAS, ROUTERS, router_name
 from dvasim.studies import capacity as capmod
 from dvasim.workload.arrivals import MAX_QUERIES
@@ -121,7 +121,7 @@ class ClusterProbe(capmod.Probe):
     """A capacity probe of ``n`` replicas at the planned rate (:meth:`at`): the cluster's config, with at least
     ``per_replica`` queries per replica."""
 
-    def __init__(self, raw: dict[str, Any], router: str | None, per_replica: int, **kw):
+    def __init__(self, raw: dict[str, Any], router: str | None = None, per_replica: int = PER_REPLICA_QUERIES, **kw):
         super().__init__(raw, **kw)
         self.base, self.router, self.per_replica = raw, router, int(per_replica)
         self.n0_single, self.max_single = self.n0, self.max_queries
@@ -129,7 +129,7 @@ class ClusterProbe(capmod.Probe):
     def at(self, n: int, qps: float) -> bool:
         self.raw = _with_cluster(self.base, n, self.router)
         self.n0 = min(max(self.n0_single, self.per_replica * n), MAX_QUERIES)
-        self.max_queries = min(max(self.max_single, 4 * self.n0), MAX_QUERIES)
+        self.max_queries = None if self.max_single is None else min(max(self.max_single, 4 * self.n0), MAX_QUERIES)
         self.tag["replicas"] = int(n)
         return self(qps)
 
@@ -158,33 +158,82 @@ def fewest_replicas(probe: ClusterProbe, qps: float, estimate: int) -> tuple[int
     return hi, None
 
 
+CONFIRM_FACTOR = 10  # a confirmation runs this many times a probe's length (issue 34: answers must hold 10x longer)
+
+
 def confirm(raw: dict[str, Any], n: int, qps: float, router: str | None, queries: int, seed: int, slo_ms: float,
-            percentile: float, stack: str | None) -> dict[str, Any]:
-    """One run of ``n`` replicas at ``qps``: is it stable, does its ``percentile``-th latency meet the SLO, and
-    how busy is each replica."""
+            percentile: float, stack: str | None, trigger: str = "backlog", trigger_slos: float = 1.0,
+            trigger_queries: int | None = None) -> dict[str, Any]:
+    """One long run of ``n`` replicas at ``qps`` (with its trigger test, of ``trigger_queries`` after the backlog:
+    a probe's length, since a recovery shows within a few hundred SLOs): its verdict
+    (:mod:`dvasim.reporting.verdict`, against ``slo_ms`` at ``percentile``), its percentile latency and throughput,
+    and how busy each replica was."""
     import numpy as np
 
     from dvasim.api import run_whole as run
+    from dvasim.reporting.verdict import percentile_ms
 
     trial = capmod.probe_config(_with_cluster(raw, n, router), qps, queries, seed)
+    trial["qos"] = {**(trial.get("qos") or {}), "target_ms": float(slo_ms), "percentile": float(percentile),
+                    "trigger": trigger, "trigger_slos": float(trigger_slos)}
+    if trigger_queries:
+        trial["qos"]["trigger_queries"] = int(trigger_queries)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", IncompleteRunWarning)
         res = run(trial, progress=False, stack=stack)
     s = res.summary
-    lat = res.queries["latency_ms"].to_numpy()
-    p = float(np.percentile(np.where(np.isnan(lat), np.inf, lat), percentile))
+    p = percentile_ms(res.queries["latency_ms"].to_numpy(), percentile)
     busy = [r["device_busy_fraction"] for r in s.get("per_replica", [])] or [s["device_busy_fraction"]]
     return {"replicas": int(n), "n_queries": int(queries), "seed": seed, f"p{percentile:g}_latency_ms": p,
-            "throughput_qps": s["throughput_qps"], "stable": bool(s.get("stable")),
-            "meets_slo": bool(p <= slo_ms), "confirmed": bool(s.get("stable")) and p <= slo_ms,
+            "throughput_qps": s["throughput_qps"], "verdict": s["verdict"], "verdict_reason": s["verdict_reason"],
+            "stable": bool(s["stable"]), "meets_slo": bool(p <= slo_ms), "confirmed": s["verdict"] == "stable",
             "utilisation_mean": float(np.mean(busy)), "utilisation_min": float(np.min(busy)),
             "utilisation_max": float(np.max(busy)), "stack": s.get("stack"), "router": s.get("router", "single")}
 
 
-def _search_settings(percentile: float, confidence: float, resolution: float, max_queries: int, stack,
-                     seeds: int) -> dict[str, Any]:
+def _confirm_job(job, progress=None) -> dict[str, Any]:
+    return confirm(*job)
+
+
+def confirm_count(raw: dict[str, Any], n: int, qps: float, router: str | None, queries: int, seeds: list,
+                  slo_ms: float, settings: dict[str, Any]) -> dict[str, Any]:
+    """The long runs of ``n`` replicas, one per seed (in parallel): ``holds`` when every one is ``stable``."""
+    from dvasim.studies.parallel import map_jobs
+
+    jobs = [(raw, n, qps, router, queries, s, slo_ms, settings["percentile"], settings["stack"],
+             settings["trigger"], settings["trigger_slos"], max(2, queries // CONFIRM_FACTOR)) for s in seeds]
+    runs = map_jobs(_confirm_job, jobs, workers=settings.get("workers"), dask=settings.get("dask"))
+    return {"replicas": int(n), "holds": all(r["confirmed"] for r in runs), "runs": runs}
+
+
+def confirmed_count(raw: dict[str, Any], answer: int, qps: float, router: str | None, queries, seeds: list,
+                    slo_ms: float, settings: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+    """The smallest count whose long runs hold (module docstring, step 3), from the probes' ``answer``: up while
+    the count's runs fail, then down while the count below holds. ``queries(n)``: a long run's queries at ``n``
+    replicas. Returns the count and every count's confirmation (the count and the one below it among them)."""
+    tried: dict[int, dict[str, Any]] = {}
+
+    def holds(n: int) -> bool:
+        if n not in tried:
+            tried[n] = confirm_count(raw, n, qps, router, queries(n), seeds, slo_ms, settings)
+        return tried[n]["holds"]
+
+    n = answer
+    while not holds(n) and n < MAX_PLAN_REPLICAS:
+        n += 1
+    while n > 1 and holds(n - 1):
+        n -= 1
+    if n > 1:
+        holds(n - 1)  # printed beside the answer: the count below fails
+    return n, [tried[k] for k in sorted(tried)]
+
+
+def _search_settings(percentile: float, confidence: float, resolution: float, max_queries: int | None, stack,
+                     seeds: int, min_duration_s: float = capmod.MIN_DURATION_S, trigger: str = "backlog",
+                     trigger_slos: float = 1.0, workers: int | None = None, dask=None) -> dict[str, Any]:
     return dict(percentile=percentile, confidence=confidence, resolution=resolution, max_queries=max_queries,
-                stack=stack, seeds=seeds)
+                stack=stack, seeds=seeds, min_duration_s=min_duration_s, trigger=trigger, trigger_slos=trigger_slos,
+                workers=workers, dask=dask)
 
 
 def cluster_capacity(raw: dict[str, Any], n: int, router: str | None, slo_ms: float, per_replica: int,
@@ -192,49 +241,73 @@ def cluster_capacity(raw: dict[str, Any], n: int, router: str | None, slo_ms: fl
     """What ``n`` replicas behind ``router`` hold: the capacity search of the cluster, each probe with at least
     ``per_replica`` queries per replica."""
     s = dict(settings)
-    n0 = min(max(capmod.min_queries_to_pass(s["percentile"], s["confidence"]), 1000, per_replica * n), MAX_QUERIES)
-    s["max_queries"] = min(max(s["max_queries"], 4 * n0), MAX_QUERIES)
+    n0 = min(max(capmod.min_queries_to_pass(s["percentile"], s["confidence"]), capmod.LOADGEN_MIN_QUERY_COUNT,
+                 per_replica * n), MAX_QUERIES)
+    if s["max_queries"] is not None:
+        s["max_queries"] = min(max(s["max_queries"], 4 * n0), MAX_QUERIES)
     prepared = capmod.prepare(_with_cluster(raw, n, router), slo_ms, min_queries=n0, **s)
     return capmod.search(prepared, progress)
+
+
+def _fewest_job(job, progress=None) -> dict[str, Any]:
+    """One seed's fewest replicas (a job of :func:`plan_policy`)."""
+    raw, one, s, router, per_replica, qps, estimate = job
+    r = copy.deepcopy(raw)
+    r.setdefault("workload", {})["seed"] = s
+    probe = capmod.make_probe(r, one, progress=progress, tag={"search_seed": s}, cls=ClusterProbe, router=router,
+                              per_replica=per_replica)
+    n, note = fewest_replicas(probe, qps, estimate)
+    return {"count": n, "note": note, "probes": probe.probes}
 
 
 def plan_policy(raw: dict[str, Any], qps: float, slo_ms: float, *, router: str | None, per_replica: int,
                 settings: dict[str, Any], progress=None, headroom: bool = True) -> dict[str, Any]:
     """The plan for one policy (module docstring, steps 1 to 4)."""
+    from dvasim.studies.parallel import map_jobs
+
     one = capmod.prepare(_with_cluster(raw, 1, router), slo_ms, **settings)
     single = capmod.search(one, progress)
     cap1 = single["capacity_qps"]
     estimate = MAX_PLAN_REPLICAS if cap1 <= 0 else math.ceil(qps / cap1)
-    counts, probes, notes = [], [], [n for n in [single.get("note")] if n]
-    for s in one["seeds"]:
-        r = copy.deepcopy(raw)
-        r.setdefault("workload", {})["seed"] = s
-        probe = ClusterProbe(r, router, per_replica, slo_ms=slo_ms, percentile=settings["percentile"],
-                             confidence=settings["confidence"], n0=one["n0"], max_queries=one["max_queries"],
-                             stack=settings["stack"], progress=progress, tag={"search_seed": s})
-        n, note = fewest_replicas(probe, qps, estimate)
-        counts.append(n)
-        probes.extend(probe.probes)
-        notes += [note] if note else []
+    portable = {k: v for k, v in one.items() if k != "dask"}
+    found = map_jobs(_fewest_job, [(raw, portable, s, router, per_replica, qps, estimate) for s in one["seeds"]],
+                     workers=settings.get("workers"), dask=settings.get("dask"), progress=progress,
+                     records=lambda r: r["probes"])
+    counts = [f["count"] for f in found]
+    probes = [p for f in found for p in f["probes"]]
+    notes = [n for n in [single.get("note")] if n] + [f["note"] for f in found if f["note"]]
     answer = max(counts)
     if (raw.get("workload") or {}).get("kind") == "trace":
         notes.append("a trace: every probe replays it from its start (later bursts never enter), and the seed "
                      "changes nothing (intervals over seeds are of identical runs; the confirmation replays the "
                      "last probe); plan disjoint windows of the trace and check the whole trace with a run")
     seed0 = raw.get("workload", {}).get("seed", 0)
-    fresh = capmod.search_seeds(seed0, len(one["seeds"]) + 1, one["n0"], one["max_queries"])[-1]
-    check = confirm(raw, answer, qps, router, min(max(one["n0"], per_replica * answer), MAX_QUERIES), fresh, slo_ms,
-                    settings["percentile"], settings["stack"])
-    out = {"policy": (raw.get("policy") or {}).get("name", "zerobatch"), "stack": check["stack"],
+    fresh = capmod.search_seeds(seed0, 2 * len(one["seeds"]), one["n0"], one["max_queries"])[len(one["seeds"]):]
+    sizing = capmod.make_probe(raw, one, cls=ClusterProbe, router=router, per_replica=per_replica)
+
+    def queries(n: int) -> int:  # CONFIRM_FACTOR x the first length of a probe of n replicas at qps
+        sizing.n0 = min(max(one["n0"], per_replica * n), MAX_QUERIES)
+        return min(CONFIRM_FACTOR * sizing.first_queries(qps), MAX_QUERIES)
+
+    confirmed, confirmations = confirmed_count(raw, answer, qps, router, queries, fresh, slo_ms, settings)
+    check = next(c for c in confirmations if c["replicas"] == confirmed)
+    below = next((c for c in confirmations if c["replicas"] == confirmed - 1), None)
+    first = check["runs"][-1]
+    out = {"policy": (raw.get("policy") or {}).get("name", "zerobatch"), "stack": first["stack"],
            "router": router_name(router or (raw.get("cluster") or {}).get("router", "round_robin")),
            "qps": float(qps), "slo_ms": float(slo_ms), "percentile": settings["percentile"],
-           "replicas": answer, "replicas_by_seed": counts,
+           "replicas": confirmed, "replicas_probed": answer, "replicas_by_seed": counts,
            "replicas_interval": over_seeds_counts([float(c) for c in counts], settings["confidence"]).as_dict(),
            "estimate_from_one_replica": estimate, "capacity_per_replica_qps": cap1,
-           "capacity_per_replica_interval": single["capacity_interval"], "confirmation": check,
+           "capacity_per_replica_interval": single["capacity_interval"], "confirmation": first,
+           "confirmed_at": check, "confirmed_below": below, "confirmations": confirmations,
+           "confirm_queries": queries(confirmed), "rules": one["rules"],
            "single_replica_search": single, "probes": probes, "notes": notes}
+    if confirmed != answer:
+        out["notes"].append(f"the probes answered {answer} replica{'s' if answer != 1 else ''}; the long runs "
+                            f"({CONFIRM_FACTOR}x a probe) hold from {confirmed}")
     if headroom:
-        held = cluster_capacity(raw, answer, router, slo_ms, per_replica, settings)
+        held = cluster_capacity(raw, confirmed, router, slo_ms, per_replica, settings)
         iv = Interval(**held["capacity_interval"])
         out.update(capacity_at_replicas_qps=held["capacity_qps"], capacity_at_replicas_interval=iv.as_dict(),
                    headroom=held["capacity_qps"] / qps - 1.0,
@@ -244,16 +317,19 @@ def plan_policy(raw: dict[str, Any], qps: float, slo_ms: float, *, router: str |
 
 def plan(config, qps: float, slo_ms: float, *, percentile: float = 99.0, policies: list[str] | None = None,
          seeds: int = 1, router: str | None = None, overrides: list[str] | None = None, engine=None,
-         stack: str | None = None, confidence: float = 0.95, resolution: float = 0.02, max_queries: int = 64_000,
-         per_replica_queries: int = PER_REPLICA_QUERIES, headroom: bool = True, progress=None) -> dict[str, Any]:
+         stack: str | None = None, confidence: float = 0.99, resolution: float = 0.02,
+         max_queries: int | None = None, per_replica_queries: int = PER_REPLICA_QUERIES, headroom: bool = True,
+         min_duration_s: float = capmod.MIN_DURATION_S, trigger: str = "backlog", trigger_slos: float = 1.0,
+         workers: int | None = None, dask=None, progress=None) -> dict[str, Any]:
     """The fewest replicas serving ``qps`` within ``slo_ms`` at ``percentile``, per policy (module docstring).
     ``router``: over the config's ``[cluster] router``; ``policies``: names (each with its defaults, the config's
     own with its ``[policy]``), default the config's policy."""
     base, names = check_plan(config, qps, slo_ms, policies=policies, router=router, overrides=overrides,
                              engine=engine, stack=stack, per_replica_queries=per_replica_queries,
                              max_queries=max_queries)
-    settings = _search_settings(percentile, confidence, resolution, max_queries, stack, seeds)
-    capmod.check_options({"slo_ms": slo_ms, **{k: v for k, v in settings.items() if k != "stack"}}, stack=stack)
+    settings = _search_settings(percentile, confidence, resolution, max_queries, stack, seeds, min_duration_s,
+                                trigger, trigger_slos, workers, dask)
+    capmod.check_options({"slo_ms": slo_ms, **{k: v for k, v in settings.items() if k not in ("stack", "dask")}}, stack=stack)
     by_policy = {}
     for name in names:
         raw = _policy_raw(base, name)
@@ -266,37 +342,47 @@ def plan(config, qps: float, slo_ms: float, *, percentile: float = 99.0, policie
 
 
 def plan_comparisons(by_policy: dict[str, dict[str, Any]], resolution: float) -> list[dict[str, Any]]:
-    """Each policy against the first: the replica counts (a tie when their intervals allow it: with one seed,
-    when they are equal) and the per-replica capacity (:func:`dvasim.studies.capacity.policy_comparisons`)."""
+    """Each policy against the best (:func:`dvasim.reporting.intervals.against_best`): on the replica count, the
+    fewest best (a tie when the counts' intervals allow it: with one seed, when they are equal), and on the
+    per-replica capacity (:func:`dvasim.studies.capacity.policy_comparisons`)."""
     names = list(by_policy)
     if len(names) < 2:
         return []
-    caps = capmod.policy_comparisons({k: v["single_replica_search"] for k, v in by_policy.items()}, resolution)
-    ref = by_policy[names[0]]
+    counts = {k: Interval(**v["replicas_interval"]) if v["replicas"] == v.get("replicas_probed", v["replicas"])
+              else Interval(float(v["replicas"]), float(v["replicas"]), float(v["replicas"]), 1, 0.95, "confirmed")
+              for k, v in by_policy.items()}
+    fewest = against_best(counts, higher_is_better=False)
+    caps = {c["policy"]: c for c in capmod.policy_comparisons(
+        {k: v["single_replica_search"] for k, v in by_policy.items()}, resolution)}
+    best = fewest["best"]
     out = []
-    for name, cap in zip(names[1:], caps):
-        a, b = Interval(**by_policy[name]["replicas_interval"]), Interval(**ref["replicas_interval"])
-        same = tie(a, b, 0.0)
-        fewer = by_policy[name]["replicas"] - ref["replicas"]
-        words = ("tie" if same else f"{abs(fewer)} {'fewer' if fewer < 0 else 'more'} replica"
-                 + ("s" if abs(fewer) != 1 else ""))
-        out.append({"policy": name, "against": names[0], "replicas_difference": fewer, "replicas_tie": same,
-                    "replicas_label": words, "capacity_label": cap["label"], "capacity_tie": cap["tie"]})
+    for r in fewest["rows"]:
+        name = r["name"]
+        more = by_policy[name]["replicas"] - by_policy[best]["replicas"]
+        words = (f"tie with {best}" if r["tie"] else f"{more} more replica{'s' if more != 1 else ''} than {best}")
+        cap = caps.get(name)
+        out.append({"policy": name, "against": best, "replicas_difference": more, "replicas_tie": r["tie"],
+                    "replicas_label": words, "ranking": fewest["ranking"],
+                    "capacity_label": cap["label"] if cap else f"{name}: the highest capacity per replica",
+                    "capacity_tie": cap["tie"] if cap else False})
     return out
 
 
 def replicas_hold(config, replicas: int, slo_ms: float, *, percentile: float = 99.0, seeds: int = 1,
                   router: str | None = None, overrides: list[str] | None = None, engine=None,
-                  stack: str | None = None, confidence: float = 0.95, resolution: float = 0.02,
-                  max_queries: int = 64_000, per_replica_queries: int = PER_REPLICA_QUERIES,
-                  policies: list[str] | None = None, progress=None) -> dict[str, Any]:
+                  stack: str | None = None, confidence: float = 0.99, resolution: float = 0.02,
+                  max_queries: int | None = None, per_replica_queries: int = PER_REPLICA_QUERIES,
+                  policies: list[str] | None = None, min_duration_s: float = capmod.MIN_DURATION_S,
+                  trigger: str = "backlog", trigger_slos: float = 1.0, workers: int | None = None,
+                  dask=None, progress=None) -> dict[str, Any]:
     """The inverse: the highest rate ``replicas`` replicas behind the router serve within the SLO, per policy."""
     base, names = check_plan(config, 1.0, slo_ms, policies=policies, router=router, overrides=overrides,
                              engine=engine, stack=stack, per_replica_queries=per_replica_queries,
                              max_queries=max_queries, replicas=replicas)
-    settings = _search_settings(percentile, confidence, resolution, max_queries, stack, seeds)
+    settings = _search_settings(percentile, confidence, resolution, max_queries, stack, seeds, min_duration_s,
+                                trigger, trigger_slos, workers, dask)
     # the searches' settings checked before any run, as plan() checks them (issue 34: --percentile 100 divided by 0)
-    capmod.check_options({"slo_ms": slo_ms, **{k: v for k, v in settings.items() if k != "stack"}}, stack=stack)
+    capmod.check_options({"slo_ms": slo_ms, **{k: v for k, v in settings.items() if k not in ("stack", "dask")}}, stack=stack)
     by_policy = {}
     for name in names:
         raw = _policy_raw(base, name)

@@ -41,7 +41,7 @@ default, one per core) or on a Dask cluster (``dask = "tcp://HOST:PORT"``, or a 
 its probes would be. A bad point is one line naming the field and the point. **Limits**: at most
 :data:`MAX_POINTS` (100,000) runs in a sweep, :func:`max_workers` local processes (:data:`MAX_WORKERS_PER_CORE`
 per core, never more than :data:`MAX_WORKERS`), seeds up to 2**63 - 1, a Dask scheduler that answers within
-:data:`DASK_CONNECT_TIMEOUT_S` seconds, and a ``[capacity]`` within :data:`dvasim.studies.capacity.OPTIONS`'
+:data:`dvasim.studies.parallel.DASK_CONNECT_TIMEOUT_S` seconds, and a ``[capacity]`` within :data:`dvasim.studies.capacity.OPTIONS`'
 ranges (resolution >= 1e-4, at most 20 million queries a probe).
 
 Every finished run is cached as ``DIR/runs/<hash>.json`` (the hash of its resolved config and dvasim's
@@ -92,12 +92,12 @@ from dvasim.progress import progress_bar
 from dvasim.schema import Key, Section
 from dvasim.studies.capacity import OPTIONS as CAPACITY_OPTIONS
 from dvasim.studies.capacity import check_buildable, check_options, check_probe_config
+from dvasim.studies.parallel import DASK_CONNECT_TIMEOUT_S, connect  # noqa: F401  (re-exported)
 from dvasim.workload.config import MAX_SEED
 
 MAX_POINTS = 100_000  # runs in one sweep: its table, its cache and its figure stay workable
 MAX_WORKERS_PER_CORE = 4  # local processes: more only compete for the cores (and each holds a run in memory)
 MAX_WORKERS = 256
-DASK_CONNECT_TIMEOUT_S = 5.0  # a scheduler that does not answer by then is reported, not waited for
 
 SWEEP_RANDOM = Section("sweep.random", "random draws, each combined with every grid point", (
     Key("n", "int", "the number of draws", minimum=1, maximum=MAX_POINTS),
@@ -110,7 +110,8 @@ SWEEP_SEEDS = Section("sweep.seeds", "every point repeated with these workload s
 ))
 SWEEP_CAPACITY = Section("sweep.capacity", "each point a capacity search (dvasim capacity) instead of one run",
                          tuple(CAPACITY_OPTIONS[k] for k in ("slo_ms", "percentile", "confidence", "resolution",
-                                                             "max_queries")))
+                                                             "max_queries", "min_duration_s", "trigger",
+                                                             "trigger_slos")))
 SWEEP = Section("sweep", "a sweep file (dvasim sweep): many runs of one base config with some keys changed", (
     Key("base", "path", "the config every run starts from (relative to the sweep file); required"),
     Key("set", "list", "overrides for every run, as --set (e.g. [\"workload.n_queries=2000\"])"),
@@ -368,7 +369,7 @@ def check_points(points: list[Point], *, stack: str | None = None, capacity: dic
     from dvasim.workload.config import WORKLOAD
 
     n0 = None if capacity is None else check_options(capacity, where="sweep.capacity")
-    most = None if capacity is None else capacity.get("max_queries", CAPACITY_OPTIONS.default("max_queries"))
+    most = None if capacity is None else capacity.get("max_queries")
     skip, built = set(skip), set()
     bar = progress_bar(len(points), enabled=progress and len(points) > 1, unit="point", desc="checking",
                        leave=False)
@@ -411,7 +412,7 @@ def run_point(config: dict[str, Any], capacity: dict[str, Any] | None = None,
         from dvasim.studies.capacity import capacity as find_capacity
 
         cap = dict(capacity)
-        res = find_capacity(config, cap.pop("slo_ms"), stack=stack, **cap)
+        res = find_capacity(config, cap.pop("slo_ms"), stack=stack, workers=1, **cap)
         out = {k: v for k, v in res.items() if isinstance(v, (int, float, str, bool)) or v is None}
         out["bracket_lo_qps"], out["bracket_hi_qps"] = res["bracket_qps"]
         out["stuck"] = ""
@@ -457,27 +458,6 @@ def check_workers(workers: Any) -> int | None:
                                       f"machine's {os.cpu_count() or 1}, at most {MAX_WORKERS}; 1 = serial), got "
                                       f"{workers!r}")
     return int(workers)
-
-
-def connect(dask: Any):
-    """``(client, ours)``: ``dask`` (a ``distributed.Client``, used as it is) or a scheduler address, connected
-    within :data:`DASK_CONNECT_TIMEOUT_S` seconds (``ours``: the client was made here and is closed after the
-    sweep); an address that cannot be reached is a one-line :class:`UsageError` on ``--dask``."""
-    try:
-        from distributed import Client
-    except ImportError:  # pragma: no cover  (distributed is a dependency)
-        raise UsageError("--dask", "needs the distributed package: pip install distributed") from None
-    if isinstance(dask, Client):
-        return dask, False
-    if not isinstance(dask, str) or not dask.strip():
-        raise UsageError("--dask", f"must be a scheduler address such as tcp://HOST:8786 (or, from Python, a "
-                                   f"distributed.Client), got {dask!r}")
-    try:
-        return Client(dask, timeout=DASK_CONNECT_TIMEOUT_S), True
-    except Exception as e:  # refused, timed out, a bad address, something else listening there
-        why = " ".join(str(e).split())[:200] or type(e).__name__
-        raise UsageError("--dask", f"no Dask scheduler answered at {dask!r} within {DASK_CONNECT_TIMEOUT_S:g} s "
-                                   f"({why}); start one there (dask scheduler) or check the address") from None
 
 
 def _save_run(runs_dir: Path, p: Point, summary: dict) -> None:
@@ -813,8 +793,8 @@ def latency_figure(table: pd.DataFrame, points: list[Point], path: str | Path) -
     return save_figure(fig, path, f"sweep: latency against {xlabel}")
 
 
-RUN_METRICS = ("mean_latency_ms", "p99_latency_ms", "qos_violation_rate", "stable")
-CAPACITY_METRICS = ("capacity_qps", "resolution", "n_probes", "top_exceeded")
+RUN_METRICS = ("mean_latency_ms", "p99_latency_ms", "qos_violation_rate", "stable", "verdict")
+CAPACITY_METRICS = ("capacity_qps", "resolution", "n_probes", "top_exceeded", "n_metastable")
 
 
 def swept_columns(table: pd.DataFrame) -> list[str]:
@@ -856,8 +836,13 @@ def run_flags(row: pd.Series, capacity: bool = False) -> list[str]:
             flags.append("at least")
         if row.get("capacity_qps") == 0:
             flags.append("SLO missed")
+        if _is_number(row.get("n_metastable")) and row["n_metastable"] > 0:
+            flags.append("metastable above")
         return flags
-    if no(row.get("stable")):
+    verdict = row.get("verdict")
+    if isinstance(verdict, str) and verdict not in ("stable", "over-SLO"):
+        flags.append(verdict)  # unstable, metastable, rejecting (over-SLO: the next flag says it)
+    elif not isinstance(verdict, str) and no(row.get("stable")):
         flags.append("unstable")
     p99, target = row.get("p99_latency_ms"), row.get("qos_target_ms")
     if _is_number(p99) and _is_number(target) and (math.isnan(p99) or p99 > target):

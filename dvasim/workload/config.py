@@ -68,6 +68,7 @@ from dvasim.workload.traces import load_trace, trace_arrivals
 __all__ = ["Workload", "workload_from_config", "KINDS", "WORKLOAD", "length_rng", "priority_draws", "priority_rng"]
 
 _LEN_KEYS = ("seq_len", "seq_len_dist")
+MAX_BACKLOG = 20_000_000  # as many queries as one run may take (dvasim.workload.arrivals.MAX_QUERIES)
 MAX_SEED = 2**63 - 1  # numpy's seed sequences take any int; records and caches keep it as an int64
 KINDS = ("poisson", "gamma", "uniform", "explicit", "stepping", "phases", "closed", "trace")
 _RATE = ("poisson", "gamma", "uniform")
@@ -113,6 +114,9 @@ WORKLOAD = Section("workload", "the queries: their arrival times and input lengt
     Key("seq_len", "int", "every query's input length (tables with a seq_len column)", minimum=1),
     Key("seq_len_dist", "str", 'input lengths sampled i.i.d. from "glue:RTE" (a GLUE task) or a lengths CSV',
         ),
+    Key("backlog", "int", "queries already waiting when the run starts: that many more queries arrive at start_ms, "
+        "before the stream (the trigger test of a metastable server; their lengths repeat the stream's first ones)",
+        default=0, minimum=0, maximum=MAX_BACKLOG, kinds=(*_RATE, "stepping", "phases", "trace")),
     Key("priority_mix", "numbers", "the share of queries at each priority level, 1 (the highest) first, summing to 1 "
         '(Triton\'s batcher with priority levels, policy "triton"; drawn from its own seeded stream); absent: every '
         "query at the policy's default level", minimum=0),
@@ -283,10 +287,30 @@ def workload_from_config(
     if "priority_mix" in section:
         priorities = priority_draws(section["priority_mix"], arrivals.size, seed)
         desc += f", priorities ~ {list(section['priority_mix'])} (seed {seed})"
+    backlog = int(section.get("backlog", 0))
+    if backlog and arrivals.size + backlog > MAX_BACKLOG:
+        raise ConfigError("workload.backlog", f"{backlog:,} more queries than the stream's {arrivals.size:,} exceed "
+                                              f"the {MAX_BACKLOG:,} one run may take; give a smaller backlog")
+    if backlog:  # the stream is the run without a backlog, untouched; the backlog's queries come first
+        arrivals, lens, priorities = with_backlog(backlog, arrivals, lens, priorities, _check_start(
+            section.get("start_ms", 0.0)))
+        desc += f", after a backlog of {backlog} queries at {float(section.get('start_ms', 0.0)):g} ms"
     if closed is not None:
         return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc, closed_clients=closed[0],
                         think_ms=closed[1], priorities=priorities)
     return Workload(arrivals_ms=arrivals, seq_lens=lens, description=desc, priorities=priorities)
+
+
+def with_backlog(backlog: int, arrivals: np.ndarray, lens: np.ndarray, priorities: np.ndarray | None,
+                 start_ms: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``backlog`` queries arriving at ``start_ms`` put before a stream (``arrivals``, ``lens``, ``priorities``):
+    the queue filled when the stream starts. Their lengths and priorities repeat the stream's first ones (cyclically),
+    so the stream keeps its own arrays exactly, and the backlog has its mix."""
+    idx = np.arange(backlog) % arrivals.size
+    start = min(float(start_ms), float(arrivals[0]))
+    arr = np.concatenate([np.full(backlog, start), arrivals])
+    pri = None if priorities is None else np.concatenate([priorities[idx], priorities])
+    return arr, np.concatenate([lens[idx], lens]), pri
 
 
 class _Keys:

@@ -252,3 +252,26 @@ def test_a_full_standard_output_is_one_line_and_status_2():
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "cannot write" in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["capacity", CONFIG, "--slo-ms", "200", "--seeds", "2", "--workers", "2"],
+    ["capacity", CONFIG, "--slo-ms", "200", "--workers", "1"],
+    ["plan", CONFIG, "--qps", "600", "--slo-ms", "200", "--seeds", "2", "--workers", "2"],
+], ids=["capacity-2-workers", "capacity-serial", "plan-2-workers"])
+def test_ctrl_c_stops_a_study_at_once_with_one_line_and_130(tmp_path, args):
+    """Issue 34: SIGINT while a study's probes run on worker processes stops them all; nothing is written as if
+    complete. (The 10 s bound is a hang guard for a busy machine; on an idle one it takes well under a second.)"""
+    out = tmp_path / "out"
+    proc = _dvasim(*args, "--out", str(out), "--min-duration-s", "600", stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE)
+    time.sleep(4.0)  # the searches are under way (each probe runs 600 s of arrivals)
+    assert proc.poll() is None
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
+    took = time.monotonic() - sent
+    assert proc.returncode == 130 and took < 10.0, (proc.returncode, took)
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dvasim: interrupted"), stderr
+    assert not (out / "capacity.json").exists() and not (out / "plan.json").exists()

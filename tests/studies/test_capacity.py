@@ -105,7 +105,7 @@ def test_cli_capacity_writes_capacity_json_and_rejects_bad_input(tmp_path, capsy
 @pytest.mark.parametrize("kw,field", [
     ({"max_queries": 0}, "--max-queries"),
     ({"max_queries": "many"}, "--max-queries"),
-    ({"max_queries": 999}, "--max-queries"),  # below the first probe's 1,000 queries
+    ({"max_queries": 458}, "--max-queries"),  # below the first probe's 459 queries (LoadGen: p99 at 0.99)
     ({"max_queries": 30_000_000}, "--max-queries"),
     ({"min_queries": 5000, "max_queries": 4000}, "--max-queries"),
     ({"percentile": 99.99999, "confidence": 0.9999}, "--max-queries"),  # no probe could ever pass
@@ -139,8 +139,8 @@ def test_the_config_is_checked_as_a_probe_would_run_it_before_any_probe(tmp_path
     cfg["workload"]["seed"] = MAX_SEED  # a probe that doubles its queries takes the next seed
     with pytest.raises(ConfigError) as e:
         capacity(cfg, 3.0, max_queries=4000, progress=probes.append)
-    assert e.value.field == "workload.seed" and f"at most {MAX_SEED - 2}" in e.value.message and probes == []
-    cfg["workload"]["seed"] = MAX_SEED - 2
+    assert e.value.field == "workload.seed" and f"at most {MAX_SEED - 3}" in e.value.message and probes == []
+    cfg["workload"]["seed"] = MAX_SEED - 3  # 459 queries doubled three times within 4,000
     assert capacity(cfg, 3.0, max_queries=4000, resolution=0.2)["top_exceeded"]
 
 
@@ -150,11 +150,13 @@ def test_the_limits_are_the_sweeps_too():
     for k in SWEEP_CAPACITY.keys:
         assert k is OPTIONS[k.name]
     assert OPTIONS["resolution"].minimum == MIN_RESOLUTION
-    assert check_options({"slo_ms": 5.0}) == 1000
-    assert check_options({"slo_ms": 5.0, "percentile": 99.9, "max_queries": 4000}) == 2995  # ln .05 / ln .999
+    assert check_options({"slo_ms": 5.0}) == 459  # LoadGen's early stopping: ln .01 / ln .99 at 0.99
+    assert check_options({"slo_ms": 5.0, "percentile": 99.9, "max_queries": 5000}) == 4603  # ln .01 / ln .999
+    assert check_options({"slo_ms": 5.0, "percentile": 99.9, "confidence": 0.95}) == 2995  # ln .05 / ln .999
+    assert check_options({"slo_ms": 5.0, "percentile": 50.0}) == 100  # LoadGen's min_query_count
     with pytest.raises(ConfigError) as e:
         check_options({"slo_ms": 5.0, "percentile": 99.9, "max_queries": 2000}, where="sweep.capacity")
-    assert e.value.field == "sweep.capacity.max_queries" and "2,995" in e.value.message
+    assert e.value.field == "sweep.capacity.max_queries" and "4,603" in e.value.message
 
 
 def test_bisection_stops_after_its_cap_whatever_the_resolution():

@@ -16,6 +16,8 @@ from dvasim.studies.plan import plan, replicas_hold
 from tests.engines.test_sim_queueing_theory import lindley
 
 T = 1.0  # ms: every query's service time (a 1-stage table, batches of 1)
+FAST = {"min_duration_s": 1.0}  # probes of 1 s of arrivals (4,500 queries at 4,500 qps), confirmations of 10 s: the
+# rule under test here is the replica count, not the probe's length (tests/studies/test_probe_rules.py)
 SLO = 12.0  # ms at p99
 
 
@@ -39,10 +41,15 @@ def test_fewest_replicas_match_md1_theory(md1_config):
     qps = 4500.0
     by_n = {n: md1_p99(qps * T / 1000.0 / n) for n in (5, 6)}
     assert by_n[5] > 1.3 * SLO and by_n[6] < 0.8 * SLO  # the truth is clear-cut, not at a boundary
-    res = plan(md1_config, qps, SLO, router="random", resolution=0.05, per_replica_queries=3000, seeds=2)
+    res = plan(md1_config, qps, SLO, router="random", resolution=0.05, per_replica_queries=3000, seeds=2, **FAST)
     p = res["by_policy"]["zerobatch"]
-    assert p["replicas"] == 6 and p["replicas_by_seed"] == [6, 6]
+    assert p["replicas"] == 6 and p["replicas_by_seed"] == [6, 6] and p["replicas_probed"] == 6
+    # confirmed by long runs (10x a probe, one per seed) at 6, and refused at 5, the count below
     assert p["confirmation"]["confirmed"] and p["confirmation"]["replicas"] == 6
+    assert p["confirmed_at"]["holds"] and [r["verdict"] for r in p["confirmed_at"]["runs"]] == ["stable"] * 2
+    assert p["confirmed_below"]["replicas"] == 5 and not p["confirmed_below"]["holds"]
+    assert {r["verdict"] for r in p["confirmed_below"]["runs"]} <= {"over-SLO", "unstable"}
+    assert p["confirm_queries"] == 10 * max(4500, 6 * 3000)
     # one replica's capacity: the rate whose M/D/1 p99 is 12 ms (about 800 qps), within the search's resolution
     cap1 = p["capacity_per_replica_qps"]
     assert md1_p99(cap1 * 0.9 / 1000.0) < SLO < md1_p99(min(cap1 * 1.1, 990.0) / 1000.0)
@@ -52,7 +59,7 @@ def test_fewest_replicas_match_md1_theory(md1_config):
 
 def test_jsq_needs_no_more_replicas_than_random(md1_config):
     qps = 4500.0
-    kw = dict(resolution=0.05, per_replica_queries=2000, headroom=False)
+    kw = dict(resolution=0.05, per_replica_queries=2000, headroom=False, **FAST)
     jsq = plan(md1_config, qps, SLO, router="jsq", **kw)["by_policy"]["zerobatch"]["replicas"]
     rnd = plan(md1_config, qps, SLO, router="random", **kw)["by_policy"]["zerobatch"]["replicas"]
     assert jsq <= 5 < rnd  # pooled queues: 5 replicas at 90% meet 12 ms under JSQ; random needs 6
@@ -60,9 +67,9 @@ def test_jsq_needs_no_more_replicas_than_random(md1_config):
 
 def test_what_replicas_hold_scales_with_random_routing(md1_config):
     """Random routing makes N independent M/D/1 queues: N replicas hold N times one replica's capacity."""
-    one = replicas_hold(md1_config, 1, SLO, router="random", resolution=0.03)["by_policy"]["zerobatch"]
+    one = replicas_hold(md1_config, 1, SLO, router="random", resolution=0.03, **FAST)["by_policy"]["zerobatch"]
     three = replicas_hold(md1_config, 3, SLO, router="random", resolution=0.03,
-                          per_replica_queries=3000)["by_policy"]["zerobatch"]
+                          per_replica_queries=3000, **FAST)["by_policy"]["zerobatch"]
     assert three["capacity_qps"] == pytest.approx(3 * one["capacity_qps"], rel=0.08)
 
 
@@ -70,14 +77,18 @@ def test_policies_compared_with_ties(md1_config):
     cfg = {"model": {"name": "resnet152", "device": "titanrtx", "stages": 4}, "policy": {"name": "zerobatch"},
            "workload": md1_config["workload"]}
     res = plan(cfg, 1200.0, 50.0, policies=["zerobatch", "delaybatch", "dvabatch"], router="jsq",
-               resolution=0.1, per_replica_queries=500, headroom=False)
+               resolution=0.1, per_replica_queries=500, headroom=False, **FAST)
     assert list(res["by_policy"]) == ["zerobatch", "delaybatch", "dvabatch"]
     for p in res["by_policy"].values():
         assert p["stack"] == "triton-tensorrt-21.10" and p["confirmation"]["confirmed"]
+    counts = {k: v["replicas"] for k, v in res["by_policy"].items()}
+    best = min(counts, key=lambda k: (counts[k], list(counts).index(k)))  # the fewest, the first listed on a tie
     comp = {c["policy"]: c for c in res["comparisons"]}
-    for name, c in comp.items():
-        diff = res["by_policy"][name]["replicas"] - res["by_policy"]["zerobatch"]["replicas"]
-        assert c["replicas_difference"] == diff and c["replicas_tie"] == (diff == 0)
+    assert set(comp) == set(counts) - {best}
+    for name, c in comp.items():  # each against the best, never against whichever was listed first
+        diff = counts[name] - counts[best]
+        assert c["against"] == best and c["replicas_difference"] == diff and c["replicas_tie"] == (diff == 0)
+        assert c["ranking"].startswith(best)
 
 
 CLI_TOML = """
@@ -100,16 +111,17 @@ def test_cli_writes_plan_files(tmp_path, capsys):
     cfg.write_text(CLI_TOML)
     out = tmp_path / "out"
     rc = main(["plan", str(cfg), "--qps", "900", "--slo-ms", "50", "--out", str(out), "--router", "jsq",
-               "--resolution", "0.1", "--per-replica-queries", "500", "--quiet"])
+               "--resolution", "0.1", "--per-replica-queries", "500", "--quiet", "--min-duration-s", "1"])
     assert rc == 0
     text = capsys.readouterr().out
     res = json.loads((out / "plan.json").read_text())
     p = res["by_policy"]["dvabatch"]
     assert f"dvabatch: {p['replicas']} replica" in text and "stack triton-tensorrt" in text and "headroom" in text
+    assert "rules: each probe >= 1 s of arrivals" in text and "    confirmed: " in text and "    one below: " in text
     rows = (out / "plan.csv").read_text().splitlines()
     assert len(rows) == 2 and rows[0].startswith("policy,stack,router,qps")
     rc = main(["plan", str(cfg), "--replicas", "2", "--slo-ms", "50", "--out", str(out), "--resolution", "0.1",
-               "--per-replica-queries", "500", "--quiet"])
+               "--per-replica-queries", "500", "--quiet", "--min-duration-s", "1"])
     assert rc == 0 and "2 replicas hold" in capsys.readouterr().out
 
 

@@ -91,7 +91,7 @@ def test_the_sweep_size_is_limited_before_anything_is_expanded(tmp_path, capsys)
     ('[random]\nn = 1000\n"workload.rate_qps" = {uniform = [50, 100]}\n[seeds]\nn = 101\n', "sweep"),
     ('[capacity]\nslo_ms = 40\nmax_queries = "many"\n', "sweep.capacity.max_queries"),
     ('[capacity]\nslo_ms = 40\nmax_queries = 0\n', "sweep.capacity.max_queries"),
-    ('[capacity]\nslo_ms = 40\nmax_queries = 500\n', "sweep.capacity.max_queries"),  # below the first probe's
+    ('[capacity]\nslo_ms = 40\nmax_queries = 400\n', "sweep.capacity.max_queries"),  # below the first probe's
     ('[capacity]\nslo_ms = 40\nmax_queries = 30000000\n', "sweep.capacity.max_queries"),
     ('[capacity]\nslo_ms = 40\nresolution = 1e-300\n', "sweep.capacity.resolution"),
     ('[capacity]\nslo_ms = "40"\n', "sweep.capacity.slo_ms"),
@@ -137,7 +137,9 @@ def test_cli_workers_out_of_range_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("address", ["tcp://127.0.0.1:1", "nonsense", "http://localhost:8786", ""])
 def test_an_unreachable_dask_scheduler_is_one_line_and_quick_to_say_so(tmp_path, capsys, monkeypatch, address):
-    monkeypatch.setattr(sw, "DASK_CONNECT_TIMEOUT_S", 0.5)
+    import dvasim.studies.parallel as par
+
+    monkeypatch.setattr(par, "DASK_CONNECT_TIMEOUT_S", 0.5)
     path = write(tmp_path, '[grid]\n"workload.rate_qps" = [60, 100]\n')
     ran = []
     with pytest.raises(UsageError) as e:
@@ -196,10 +198,11 @@ def test_the_cli_prints_the_results_table_with_flags(tmp_path, capsys):
                              f"{tmp_path / 'o' / 'latency_vs_load.png'}")
     header = lines[1].split()
     assert header == ["workload.rate_qps", "mean_latency_ms", "p99_latency_ms", "qos_violation_rate", "stable",
-                      "flags"]
+                      "verdict", "flags"]
     table = pd.read_csv(tmp_path / "o" / "results.csv")
     slow = table["p99_latency_ms"] > 30
     assert slow.any() and not table["stable"].all()  # the overloaded point: unstable, over the target
+    assert table.set_index("workload.rate_qps").loc[5000, "verdict"] == "unstable"
     row_5000 = next(line for line in lines[2:4] if line.split()[0] == "5000")
     assert "unstable" in row_5000 and "SLO missed" in row_5000
     row_60 = next(line for line in lines[2:4] if line.split()[0] == "60")
@@ -212,7 +215,8 @@ def test_overview_names_sections_by_their_label_and_flags_stuck_runs():
                                        '{"max_batch_size": 8, "name": "zerobatch"}'],
                           "workload.seed": [0, 1], "label": ["", ""], "run": ["a", "b"],
                           "mean_latency_ms": [1.0, 2.0], "p99_latency_ms": [5.0, float("nan")],
-                          "qos_violation_rate": [0.0, 1.0], "stable": [True, False], "qos_target_ms": [10.0, 10.0],
+                          "qos_violation_rate": [0.0, 1.0], "stable": [True, False],
+                          "verdict": ["stable", "unstable"], "qos_target_ms": [10.0, 10.0],
                           "stuck": ["", "3 queries waiting at stage 0"]})
     view = sw.overview(table)
     assert list(view.columns) == ["[policy]", "workload.seed", *sw.RUN_METRICS, "flags"]

@@ -175,7 +175,7 @@ P = {"kind": "poisson", "rate_qps": 100, "n_queries": 10}
     [
         ({"rate_qps": 1, "n_queries": 1}, False, "workload.kind", "missing"),
         ({"kind": "weibull"}, False, "workload.kind", "'poisson'"),
-        ({**P, "rate": 5}, False, "workload.rate", "allowed: kind, n_queries, priority_mix, rate_qps"),
+        ({**P, "rate": 5}, False, "workload.rate", "allowed: backlog, kind, n_queries, priority_mix, rate_qps"),
         ({**P, "arrivals_ms": [1]}, False, "workload.arrivals_ms", "unknown key"),
         ({**P, "rate_qps": -5}, False, "workload.rate_qps", "must be a number > 0, got -5"),
         ({**P, "rate_qps": 0}, False, "workload.rate_qps", "number > 0"),
