@@ -101,7 +101,14 @@ class Thrashing(ZeroBatch):
         return super()._size_now(now)
 
 
-register(Thrashing)
+@pytest.fixture
+def thrashing():
+    """The thrashing server registered for one test (the registry is global: other tests list every policy)."""
+    from dvasim.policies import base
+
+    register(Thrashing)
+    yield Thrashing.name
+    base._REGISTRY.pop(Thrashing.name, None)
 
 
 def thrashing_config(tmp_path, rate: float = 1500.0) -> dict:
@@ -111,7 +118,7 @@ def thrashing_config(tmp_path, rate: float = 1500.0) -> dict:
             "workload": {"kind": "poisson", "rate_qps": rate, "n_queries": 1000, "seed": 3}}
 
 
-def test_a_metastable_server_passes_a_short_probe_and_fails_the_trigger(tmp_path):
+def test_a_metastable_server_passes_a_short_probe_and_fails_the_trigger(tmp_path, thrashing):
     cfg = thrashing_config(tmp_path)
     old = Probe(cfg, 50.0, 99.0, 0.95, 1000, 64_000, min_duration_s=0.0, trigger="none")
     assert old(1500.0)  # a 1,000-query probe from an empty queue accepts 1,500 qps
@@ -123,7 +130,7 @@ def test_a_metastable_server_passes_a_short_probe_and_fails_the_trigger(tmp_path
     assert rec["trigger"]["backlog"] == 75 and not rec["trigger"]["recovered"]  # ceil(1500 qps x 50 ms)
 
 
-def test_capacity_of_a_metastable_server_is_what_it_recovers_at(tmp_path):
+def test_capacity_of_a_metastable_server_is_what_it_recovers_at(tmp_path, thrashing):
     """The old rules (1,000-query probes, no trigger) put the capacity above 1,500 qps; the new ones below 1,000
     qps: near the thrashing server's batch-1 rate (909 qps; a queue hovering at the threshold mixes in batches of 8,
     so a little above it), the most it can work a backlog off at."""
@@ -136,7 +143,7 @@ def test_capacity_of_a_metastable_server_is_what_it_recovers_at(tmp_path):
     assert new["n_metastable"] >= 1
 
 
-def test_a_run_with_the_trigger_test_says_metastable(tmp_path):
+def test_a_run_with_the_trigger_test_says_metastable(tmp_path, thrashing):
     import dvasim
 
     cfg = thrashing_config(tmp_path)
