@@ -58,6 +58,7 @@ bench: $(VENV)/.stamp-run
 	$(PY) benchmarks/bench_speed.py
 	$(PY) benchmarks/bench_sim.py
 	$(PY) benchmarks/bench_study.py
+	$(PY) benchmarks/bench_study_rules.py
 
 bench-10m: $(VENV)/.stamp-run
 	$(PY) benchmarks/bench_memory.py

@@ -124,12 +124,11 @@ def main(argv=None) -> pd.DataFrame:
     out = args.out
     names = [*CASES, "h100_plan"] if args.cases is None else args.cases.split(",")
     rows = []
-    for name in names:
+    for name in names:  # the table written after every case: a long run cut short keeps what it finished
         rows += plan_case(args.quick, out) if name == "h100_plan" else capacity_case(name, args.quick)
-    df = pd.DataFrame(rows)
-    df.to_csv(out / "long_run_check.csv", index=False)
+        pd.DataFrame(rows).to_csv(out / "long_run_check.csv", index=False)
     print(f"wrote {out / 'long_run_check.csv'}")
-    return df
+    return pd.DataFrame(rows)
 
 
 if __name__ == "__main__":
