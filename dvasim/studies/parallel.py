@@ -54,8 +54,11 @@ def map_jobs(fn: Callable[[Any, Any], Any], jobs: Sequence[Any], *, workers: int
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(max_workers=n)
+    pool = None
     try:
+        # the workers leave Ctrl-C to this process, which stops them (a worker that took it would go on to its next
+        # job, and the pool's exit would wait for every job)
+        pool = ProcessPoolExecutor(max_workers=n, initializer=_leave_sigint)
         futures = [pool.submit(fn, job, None) for job in jobs]
         out = []
         for fut in futures:  # in the jobs' order: the printed records too
@@ -73,9 +76,17 @@ def map_jobs(fn: Callable[[Any, Any], Any], jobs: Sequence[Any], *, workers: int
         raise
 
 
+def _leave_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _stop(pool) -> None:
     """Cancel what has not started and end the workers at once (a study cut short keeps nothing of them)."""
-    procs = list(getattr(pool, "_processes", {}).values())
+    if pool is None:
+        return
+    procs = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         if p.is_alive():

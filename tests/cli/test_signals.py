@@ -254,6 +254,24 @@ def test_a_full_standard_output_is_one_line_and_status_2():
     assert "Traceback" not in r.stderr
 
 
+def _wait_busy(proc: subprocess.Popen, serial: bool) -> None:
+    """Until the study is under way: its first probe printed (one process), or its worker processes started."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    if serial:
+        assert proc.stdout.readline(), "the study printed nothing"
+        return
+    while not any(_parent(p) == proc.pid for p in Path("/proc").iterdir() if p.name.isdigit()):
+        assert proc.poll() is None and time.monotonic() < deadline, "no worker process started"
+        time.sleep(0.05)
+
+
+def _parent(proc_dir: Path) -> int:
+    try:
+        return int(proc_dir.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 @pytest.mark.parametrize("args", [
     ["capacity", CONFIG, "--slo-ms", "200", "--seeds", "2", "--workers", "2"],
     ["capacity", CONFIG, "--slo-ms", "200", "--workers", "1"],
@@ -265,7 +283,8 @@ def test_ctrl_c_stops_a_study_at_once_with_one_line_and_130(tmp_path, args):
     out = tmp_path / "out"
     proc = _dvasim(*args, "--out", str(out), "--min-duration-s", "600", stdout=subprocess.PIPE,
                    stderr=subprocess.PIPE)
-    time.sleep(4.0)  # the searches are under way (each probe runs 600 s of arrivals)
+    _wait_busy(proc, serial="1" in args[args.index("--workers") + 1:args.index("--workers") + 2])
+    time.sleep(1.0)  # the searches are under way (each probe runs 600 s of arrivals)
     assert proc.poll() is None
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
