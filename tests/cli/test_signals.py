@@ -281,8 +281,10 @@ def test_ctrl_c_stops_a_study_at_once_with_one_line_and_130(tmp_path, args):
     """Issue 34: SIGINT while a study's probes run on worker processes stops them all; nothing is written as if
     complete. (The 10 s bound is a hang guard for a busy machine; on an idle one it takes well under a second.)"""
     out = tmp_path / "out"
+    # Ctrl-C as a terminal sends it: to a process that has not inherited it ignored (an earlier test in this
+    # process may leave SIGINT ignored, and an ignored signal stays ignored across exec)
     proc = _dvasim(*args, "--out", str(out), "--min-duration-s", "600", stdout=subprocess.PIPE,
-                   stderr=subprocess.PIPE)
+                   stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _wait_busy(proc, serial="1" in args[args.index("--workers") + 1:args.index("--workers") + 2])
     time.sleep(1.0)  # the searches are under way (each probe runs 600 s of arrivals)
     assert proc.poll() is None
