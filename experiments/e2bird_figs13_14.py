@@ -100,7 +100,7 @@ def fig14(models, quick: bool, seed: int, stack: str = PAPER_STACK) -> pd.DataFr
     for m in models:
         for system in SYSTEMS:
             t0 = time.perf_counter()
-            kw = dict(resolution=0.1, min_queries=300, max_queries=1200) if quick else {}
+            kw = dict(resolution=0.1, min_queries=300, max_queries=1200, min_duration_s=0.5) if quick else {}
             res = capacity(config(m, system, {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1000, "seed": seed},
                                   stack), QOS_MS, percentile=99.0, **kw)
             rows.append({"model": m, "stack": res.get("stack", stack), "system": system,

@@ -313,7 +313,7 @@ def capacities(models, scales, stack: str, whole_stages: int, quick: bool, seed:
                    "workload": {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1000, "seed": seed,
                                 **MODELS[model][3]},
                    "qos": {"target_ms": SLA_PAPER * k}, "server": {"stack": stack}}
-            kw = dict(resolution=0.1, min_queries=300, max_queries=1200) if quick else {}
+            kw = dict(resolution=0.1, min_queries=300, max_queries=1200, min_duration_s=0.5) if quick else {}
             t0 = time.perf_counter()
             res = capacity(cfg, SLA_PAPER * k, percentile=99.0, **kw)
             top = res["capacity_qps"]

@@ -64,7 +64,7 @@ def one_gpu(policy: dict, stages: int, server: str, quick: bool, seed: int) -> d
     """One GPU's capacity and sustained capacity under the SLO (see the module docstring)."""
     stack, engine = SERVERS[server]
     cfg = config(policy, stages, seed)
-    kw = dict(resolution=0.1, min_queries=300, max_queries=1200) if quick else {}
+    kw = dict(resolution=0.1, min_queries=300, max_queries=1200, min_duration_s=0.5) if quick else {}
     t0 = time.perf_counter()
     res = capacity(cfg, SLO_MS, percentile=99.0, stack=stack, engine=engine, **kw)
     top = res["capacity_qps"]
@@ -81,7 +81,7 @@ def tune_delay(stages: int, server: str, quick: bool, seed: int) -> tuple[float,
     stack, engine = SERVERS[server]
     rows = []
     for w in windows:
-        kw = dict(resolution=0.1, min_queries=300, max_queries=1200) if quick else {}
+        kw = dict(resolution=0.1, min_queries=300, max_queries=1200, min_duration_s=0.5) if quick else {}
         res = capacity(config({"name": "delaybatch", "max_queue_delay_ms": w}, stages, seed), SLO_MS,
                        percentile=99.0, stack=stack, engine=engine, **kw)
         rows.append({"server": server, "stack": res["stack"], "stages": stages, "window_ms": w,

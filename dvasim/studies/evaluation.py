@@ -275,7 +275,8 @@ def peak_by_capacity(model: str, policy: dict[str, Any], *, seed: int = 0, refin
                      **cfg_kw) -> tuple[float, tuple[float, float]]:
     """The peak as :func:`dvasim.studies.capacity.capacity` finds it (Poisson load, p99 within ``qos_ms``, each probe
     decided with 95% confidence): ``(capacity_qps, bracket)``, the bracket's top ``inf`` when never exceeded.
-    ``refine`` sets the effort: 4 and more, 2% resolution and up to 64,000 queries a probe; less, 5% and 8,000."""
+    ``refine`` sets the effort: 4 and more, 2% resolution and the search's default probes; less, 5% and 2 s probes
+    of at most 8,000 queries."""
     cfg = make_config(model, policy, {"kind": "poisson", "rate_qps": 100.0, "n_queries": 1000, "seed": seed},
                       qos_ms=qos_ms, **cfg_kw)
     return capacity_of(cfg, qos_ms, full=refine >= 4)
@@ -283,11 +284,13 @@ def peak_by_capacity(model: str, policy: dict[str, Any], *, seed: int = 0, refin
 
 def capacity_of(cfg: dict[str, Any], qos_ms: float = QOS_MS, *, full: bool = True) -> tuple[float, tuple[float, float]]:
     """``cfg``'s capacity under a p99 of ``qos_ms`` (:func:`dvasim.studies.capacity.capacity` on ``cfg``'s workload kind):
-    ``(capacity_qps, bracket)``, the bracket's top ``inf`` when never exceeded. ``full``: 2% resolution and up to
-    64,000 queries a probe; else 5% and 8,000."""
+    ``(capacity_qps, bracket)``, the bracket's top ``inf`` when never exceeded. ``full``: 2% resolution and the
+    search's default probes (60 s of arrivals, a backlog trigger); else 5%, probes of 2 s and at most 8,000
+    queries (less effort, a less trustworthy answer)."""
     from dvasim.studies.capacity import capacity
 
-    res = capacity(cfg, qos_ms, resolution=0.02 if full else 0.05, max_queries=64_000 if full else 8_000)
+    quick = {} if full else {"max_queries": 8_000, "min_duration_s": 2.0}  # less effort: shorter probes
+    res = capacity(cfg, qos_ms, resolution=0.02 if full else 0.05, **quick)
     lo, hi = res["bracket_qps"]
     return res["capacity_qps"], (lo, hi if hi is not None else math.inf)
 
