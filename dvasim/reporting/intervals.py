@@ -245,8 +245,9 @@ def against_best(values: dict[str, Interval], *, higher_is_better: bool = True, 
     listed on equal points. Returns ``best``, ``rows`` (one per other entry: ``name``, ``against``,
     ``difference_%`` of the best's value and its interval, ``tie`` (:func:`tie` at ``resolution``) and a
     ``label`` such as ``"delaybatch: 18.2% below dvabatch [12.0, 24.4]"`` or ``"zerobatch: tie with dvabatch
-    (difference 1.4% within the interval)"``) and ``ranking``: the names best first (``>``: better than), ``=`` between an entry and
-    the best when tied, ``>`` otherwise (``"dvabatch = delaybatch > zerobatch"``; every entry tied: all ``=``).
+    (difference 1.4% within the interval)"``) and ``ranking``: the names best first (``>``: better than), ``=``
+    before an entry tied with the best or with the entry just before it, ``>`` otherwise
+    (``"dvabatch = delaybatch > zerobatch = graphbatch"``; every entry tied: all ``=``).
     When the best's value is zero or not finite, percentages cannot be given: the rows say the raw values."""
     names = list(values)
     if not names:
@@ -279,9 +280,11 @@ def against_best(values: dict[str, Interval], *, higher_is_better: bool = True, 
             label = f"{name}: {abs(d.point):.1f}% {word} {best}{span}"
         rows.append({"name": name, "against": best, "difference_%": d.point, "difference_interval_%": [d.lo, d.hi],
                      "tie": same, "label": label})
-    ranking = best
+    ranking, before = best, b
     for r in rows:
-        ranking += (" = " if r["tie"] else " > ") + r["name"]
+        a = values[r["name"]]
+        ranking += (" = " if r["tie"] or tie(a, before, resolution) else " > ") + r["name"]
+        before = a
     return {"best": best, "rows": rows, "ranking": ranking}
 
 

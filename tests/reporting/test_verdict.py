@@ -95,6 +95,13 @@ def test_ties_are_shown_in_the_ranking_and_the_labels():
     assert cmp["ranking"] == "dvabatch = zerobatch > delaybatch"
     assert cmp["rows"][0]["label"].startswith("zerobatch: tie with dvabatch (difference 2.0% within the interval)")
     assert cmp["rows"][1]["label"].startswith("delaybatch: 41.2% below dvabatch [")
+    # equal values below the best tie with each other too (which_batching_system: delaybatch, graphbatch and
+    # tfserving-optwait all at 382 qps were printed 'delaybatch > tfserving-optwait > graphbatch')
+    cmp = against_best({"dvabatch": single(413.0), "delaybatch": single(382.0), "tfserving": single(382.0),
+                        "graphbatch": single(382.0), "zerobatch": single(370.0), "serial": single(211.0)},
+                       resolution=0.03)
+    assert cmp["ranking"] == "dvabatch > delaybatch = tfserving = graphbatch > zerobatch > serial"  # 3.2% apart
+    assert not any(r["tie"] for r in cmp["rows"])  # each row is still against the best
     # fewer is better for replica counts
     gpus = against_best({"zerobatch": single(2.0), "dvabatch": single(1.0)}, higher_is_better=False)
     assert gpus["best"] == "dvabatch" and gpus["rows"][0]["label"].startswith("zerobatch: 100.0% above dvabatch")
