@@ -126,7 +126,7 @@ def test_stacks_name_prints_every_parameter_with_its_provenance():
 def test_capacity_takes_the_stack_and_an_engine(cfg, engine, tmp_path):
     from dvasim.studies.capacity import capacity
 
-    kw = dict(resolution=0.1, max_queries=2000, lo=50.0, hi=400.0)
+    kw = dict(resolution=0.1, max_queries=2000, lo=50.0, hi=400.0, min_duration_s=2.0)  # 2 s probes: the stack is tested
     gpu = capacity(cfg, 50.0, stack="gpu-only", **kw)
     tfs = capacity(cfg, 50.0, stack="tfserving", **kw)
     assert gpu["stack"] == "gpu-only" and tfs["stack"] == "tfserving"
@@ -134,7 +134,7 @@ def test_capacity_takes_the_stack_and_an_engine(cfg, engine, tmp_path):
     assert capacity(cfg, 50.0, engine=engine, **kw)["stack"] == "custom"
     # the command line writes the stack into capacity.json and its line
     assert main(["capacity", str(cfg), "--slo-ms", "50", "--out", str(tmp_path / "c"), "--stack", "gpu-only",
-                 "--resolution", "0.1", "--max-queries", "2000", "--lo", "50", "--hi", "400"]) == 0
+                 "--resolution", "0.1", "--max-queries", "2000", "--lo", "50", "--hi", "400", "--min-duration-s", "2"]) == 0
     assert json.loads((tmp_path / "c" / "capacity.json").read_text())["capacity_qps"] == gpu["capacity_qps"]
 
 

@@ -27,6 +27,10 @@ from dvasim.studies.capacity import (
 )
 from dvasim.workload.config import MAX_SEED
 
+# probes of 2 s of arrivals where the probe rules are not what a test checks (tests/studies/test_probe_rules.py
+# checks the 60 s default)
+FAST = {"min_duration_s": 2.0}
+
 
 def one_stage(tmp_path, t_ms=2.0, kind="uniform"):
     table = tmp_path / "t.csv"
@@ -38,7 +42,7 @@ def one_stage(tmp_path, t_ms=2.0, kind="uniform"):
 def test_capacity_of_a_deterministic_queue_is_its_service_rate(tmp_path):
     """D/D/1 with service time 2 ms: every query takes exactly 2 ms below 500 qps, and the queue grows without
     bound above it; with an SLO of 3 ms the capacity is 500 qps, found within the asked resolution from below."""
-    res = capacity(one_stage(tmp_path), 3.0, resolution=0.01)
+    res = capacity(one_stage(tmp_path), 3.0, resolution=0.01)  # near 500 qps a backlog needs seconds to clear
     assert res["top_exceeded"] and res["resolution"] <= 0.01
     assert 500.0 / 1.01 <= res["capacity_qps"] <= 500.0
     lo, hi = res["bracket_qps"]
@@ -50,7 +54,7 @@ def test_capacity_of_a_deterministic_queue_is_its_service_rate(tmp_path):
 def test_capacity_of_a_poisson_queue_is_below_its_service_rate(tmp_path):
     """M/D/1 with 2 ms service: p99 <= 20 ms needs utilisation well below 1 (Pollaczek-Khinchine mean wait at
     rho = 0.9 is 9 ms, its p99 far above it), so the capacity lies clearly inside (0, 500) qps."""
-    res = capacity(one_stage(tmp_path, kind="poisson"), 20.0, resolution=0.05)
+    res = capacity(one_stage(tmp_path, kind="poisson"), 20.0, resolution=0.05, **FAST)
     assert 250.0 < res["capacity_qps"] < 500.0 * 0.97
     assert res["top_exceeded"]
 
@@ -87,7 +91,8 @@ def test_cli_capacity_writes_capacity_json_and_rejects_bad_input(tmp_path, capsy
     cfg.write_text(f'[model]\ntable = "{tmp_path / "t.csv"}"\n[policy]\nname = "zerobatch"\nmax_batch_size = 1\n'
                    '[workload]\nkind = "uniform"\nrate_qps = 10\nn_queries = 100\n')
     one_stage(tmp_path)
-    assert main(["capacity", str(cfg), "--slo-ms", "3", "--out", str(tmp_path / "o"), "--resolution", "0.05"]) == 0
+    assert main(["capacity", str(cfg), "--slo-ms", "3", "--out", str(tmp_path / "o"), "--resolution", "0.05",
+                 "--min-duration-s", "2"]) == 0
     res = json.loads((tmp_path / "o" / "capacity.json").read_text())
     assert 500 / 1.05 <= res["capacity_qps"] <= 500 and res["slo_ms"] == 3.0 and res["percentile"] == 99.0
     assert "qps with p99 <= 3 ms" in capsys.readouterr().out
@@ -197,7 +202,8 @@ def test_cli_capacity_json_is_written_whole(tmp_path, capsys, monkeypatch):
     cfg.write_text(f'[model]\ntable = "{tmp_path / "t.csv"}"\n[policy]\nname = "zerobatch"\nmax_batch_size = 1\n'
                    '[workload]\nkind = "uniform"\nrate_qps = 10\nn_queries = 100\n')
     one_stage(tmp_path)
-    args = ["capacity", str(cfg), "--slo-ms", "3", "--out", str(tmp_path / "o"), "--resolution", "0.2"]
+    args = ["capacity", str(cfg), "--slo-ms", "3", "--min-duration-s", "2", "--out", str(tmp_path / "o"),
+            "--resolution", "0.2"]
     assert main(args) == 0
     before = (tmp_path / "o" / "capacity.json").read_text()
     real = Path.write_text

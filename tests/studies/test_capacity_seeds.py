@@ -15,6 +15,10 @@ from dvasim.errors import ConfigError
 from dvasim.reporting.intervals import over_seeds
 from dvasim.studies.capacity import MAX_SEEDS, capacity, compare_policies, doublings, search_seeds
 
+# probes of 2 s of arrivals where the probe rules are not what a test checks (tests/studies/test_probe_rules.py
+# checks the 60 s default): the seeds, intervals and comparisons do not depend on a probe's length
+FAST = {"min_duration_s": 2.0}
+
 
 def one_stage(tmp_path, kind="poisson", seed=0):
     """ZeroBatch one query at a time on a 2 ms stage: an M/D/1 queue under Poisson arrivals."""
@@ -55,22 +59,22 @@ def test_seeds_interval_holds_the_md1_capacity(tmp_path):
 
 def test_a_deterministic_queue_has_a_zero_width_interval(tmp_path):
     """D/D/1 (uniform arrivals): every seed finds the same capacity, so the interval has no width."""
-    res = capacity(one_stage(tmp_path, kind="uniform"), 3.0, resolution=0.1, seeds=3)
+    res = capacity(one_stage(tmp_path, kind="uniform"), 3.0, resolution=0.1, seeds=3, **FAST)
     assert len(set(res["capacity_by_seed"])) == 1 and 500 / 1.1 <= res["capacity_qps"] <= 500
     assert res["capacity_interval"]["lo"] == pytest.approx(res["capacity_interval"]["hi"])
 
 
 def test_one_seed_is_the_search_as_before_and_the_first_of_several(tmp_path):
     cfg = one_stage(tmp_path, seed=4)
-    one = capacity(cfg, 20.0, resolution=0.1, max_queries=4000)
-    assert capacity(cfg, 20.0, resolution=0.1, max_queries=4000, seeds=1) == one
+    one = capacity(cfg, 20.0, resolution=0.1, max_queries=4000, **FAST)
+    assert capacity(cfg, 20.0, resolution=0.1, max_queries=4000, seeds=1, **FAST) == one
     assert set(one) == {"capacity_qps", "stack", "slo_ms", "percentile", "confidence", "bracket_qps", "resolution",
                         "resolution_asked", "top_exceeded", "throughput_bound_qps", "n_probes", "probes", "note",
                         "seeds", "capacity_by_seed", "capacity_interval", "n_metastable", "rules"}
     assert one["seeds"] == [4] and one["capacity_by_seed"] == [one["capacity_qps"]]
     assert one["capacity_interval"]["method"] == "single run"
     assert all("search_seed" not in p for p in one["probes"])
-    three = capacity(cfg, 20.0, resolution=0.1, max_queries=4000, seeds=3)
+    three = capacity(cfg, 20.0, resolution=0.1, max_queries=4000, seeds=3, **FAST)
     first = three["searches"][0]
     assert first["seed"] == 4 and first["capacity_qps"] == one["capacity_qps"]
     assert [{k: v for k, v in p.items() if k != "search_seed"} for p in three["probes"][:one["n_probes"]]] == \
@@ -102,12 +106,12 @@ def test_identical_policies_tie_and_a_better_one_leads(tmp_path):
     cfg = one_stage(tmp_path)
     seen = []
     res = compare_policies(cfg, 20.0, ["zerobatch", "serial"], resolution=0.1, max_queries=4000, seeds=3,
-                           progress=seen.append)
+                           progress=seen.append, **FAST)
     (c,) = res["comparisons"]
     assert c["tie"] and " tie with " in c["label"] and res["ranking"] in ("zerobatch = serial", "serial = zerobatch")
     assert {p["policy"] for p in seen} == {"zerobatch", "serial"}
     cfg["policy"]["max_batch_size"] = 2
-    res = compare_policies(cfg, 20.0, ["serial", "zerobatch"], resolution=0.1, max_queries=4000, seeds=3)
+    res = compare_policies(cfg, 20.0, ["serial", "zerobatch"], resolution=0.1, max_queries=4000, seeds=3, **FAST)
     (c,) = res["comparisons"]
     # against the best (zerobatch), whichever was listed first: serial below it, its interval clear of zero
     assert c["against"] == "zerobatch" and c["policy"] == "serial" and res["ranking"] == "zerobatch > serial"
@@ -130,7 +134,7 @@ def test_cli_seeds_and_policies(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[model]\ntable = "{tmp_path / "t.csv"}"\n[policy]\nname = "zerobatch"\nmax_batch_size = 1\n'
                    '[workload]\nkind = "uniform"\nrate_qps = 10\nn_queries = 100\n')
-    args = ["capacity", str(cfg), "--slo-ms", "3", "--resolution", "0.1"]
+    args = ["capacity", str(cfg), "--slo-ms", "3", "--resolution", "0.1", "--min-duration-s", "2"]
     assert main([*args, "--out", str(tmp_path / "a"), "--seeds", "2"]) == 0
     out = capsys.readouterr().out
     res = json.loads((tmp_path / "a" / "capacity.json").read_text())

@@ -78,14 +78,16 @@ def test_md1_capacity_under_a_p99_is_found_below_its_exact_value_and_near_it(tmp
     exact = md1_rate_at(0.01, 10.0, 1.0)
     floor = md1_rate_at(0.0025, 10.0, 1.0)
     assert exact == pytest.approx(773.49, abs=0.05) and floor == pytest.approx(713.1, abs=0.1)
-    for seed in (0, 1, 2):
-        res = capacity(md1_config(tmp_path, seed), 10.0)
-        assert floor <= res["capacity_qps"] <= exact * (1 + res["resolution_asked"]), seed
-        assert res["rules"]["min_duration_s"] == 60.0 and res["rules"]["confidence"] == 0.99
-        # an accepted rate ran its 60 s at least; a refused one may have failed on its quick look
-        assert all(p["n_queries"] >= p["rate_qps"] * 60.0 - 1 for p in res["probes"] if p["within_slo"])
-        assert all(p["n_queries"] >= p["rate_qps"] * 60.0 - 1 or "quick look" in p["decided_by"]
-                   for p in res["probes"])
+    # three independent searches (seeds 0, 4, 8: search_seeds), on two processes
+    res = capacity(md1_config(tmp_path, 0), 10.0, seeds=3, workers=2)
+    assert len(res["capacity_by_seed"]) == 3
+    for seed, cap in zip(res["seeds"], res["capacity_by_seed"]):
+        assert floor <= cap <= exact * (1 + res["resolution_asked"]), seed
+    assert res["rules"]["min_duration_s"] == 60.0 and res["rules"]["confidence"] == 0.99
+    # an accepted rate ran its 60 s at least; a refused one may have failed on its quick look
+    assert all(p["n_queries"] >= p["rate_qps"] * 60.0 - 1 for p in res["probes"] if p["within_slo"])
+    assert all(p["n_queries"] >= p["rate_qps"] * 60.0 - 1 or "quick look" in p["decided_by"]
+               for p in res["probes"])
 
 
 # ----------------------------------------------------------------------------- a metastable server

@@ -203,6 +203,7 @@ def test_a_capacity_sweep_finds_each_points_capacity(tmp_path):
 slo_ms = 40
 resolution = 0.1
 max_queries = 4000
+min_duration_s = 2
 """)
     table = sweep(path, tmp_path / "out", workers=1, progress=False)
     assert list(table["label"]) == ["zerobatch", "dvabatch"]
@@ -211,7 +212,7 @@ max_queries = 4000
     from dvasim.studies.capacity import capacity
 
     cfg = expand(load_sweep(path))[1].config
-    assert capacity(cfg, 40, resolution=0.1, max_queries=4000)["capacity_qps"] == table.loc[1, "capacity_qps"]
+    assert capacity(cfg, 40, resolution=0.1, max_queries=4000, min_duration_s=2)["capacity_qps"] == table.loc[1, "capacity_qps"]
     assert (tmp_path / "out" / "capacity.png").stat().st_size > 5_000
     # a different [capacity] is a different run: nothing is taken from the cache
     path.write_text(path.read_text().replace("slo_ms = 40", "slo_ms = 80"))
