@@ -33,7 +33,8 @@ def fit_parser() -> OneLineParser:
                    help=f"launching cores of the replay's host (not fitted; 1..{MAX_HOST_CORES})")
     p.add_argument("--operators", default=None, metavar="N,N,...",
                    help="the operators in each replayed stage, for the launch law (default: the cuts of --table's "
-                        "'# slicing:' line when it has them, else the replays' [model] resolved today)")
+                        "'# slicing:' line when it has them, else the cut the replays recorded ([model] bounds), else "
+                        "their [model] resolved today)")
     p.add_argument("--fit-cores", action="store_true",
                    help="fit host.cores from launches that overlapped others (needs DVABatch or multi-instance replays)")
     p.add_argument("--bootstrap", type=int, default=N_BOOT, metavar="N",
@@ -219,6 +220,8 @@ def print_fit(res: dict, out, checks: list[dict] | None) -> None:
     print(f"  copies (any slicing): {h['copy_ms']:.3f} + {h['copy_per_row_ms']:.4f}b ms per launch; the first stage "
           f"{h.get('first_copy_ms', 0.0):+.3f} {h.get('first_copy_per_row_ms', 0.0):+.4f}b more (its inputs)")
     print(f"  launch_overhead_ms {res['engine']['launch_overhead_ms']:.3f}, service_cv {res['engine']['service_cv']:.3f}")
+    if "not_identified" in f:
+        print(f"  not identified: {f['not_identified']}")
     for c in checks or []:
         print(f"  {c['folder']}: simulated vs real throughput {c['err_throughput_qps']:+.1%}, mean "
               f"{c['err_mean_latency_ms']:+.1%}, p99 {c['err_p99_latency_ms']:+.1%}")

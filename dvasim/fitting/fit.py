@@ -52,7 +52,9 @@ launches slow each other down. That comes from the model's structure, not from a
 Python-level work hold one interpreter lock (eager launches entirely), TorchScript and CUDA-graph launches run on
 ``host.cores`` cores. ``python_ms`` (Python-level work per launch besides the copies) is not fitted either; the
 fit leaves it at 0 unless given, and a given value is taken out of the fitted launch cost (it only moves work
-under the lock).
+under the lock). Not identifiable from executions that all ran at one batch size (an unbatched replay): the growth
+per batch row (``launch_model_per_row_ms``, ``copy_per_row_ms``, ``first_copy_per_row_ms``); the fit keeps the
+rest, writes those as 0 and says so in ``[fit] not_identified`` (:func:`per_row_note`).
 """
 
 from __future__ import annotations
@@ -221,13 +223,33 @@ def table_operators(table) -> list[int] | None:
     return None if src.startswith("unknown") else [int(x) for x in ops]
 
 
+def replayed_model(runs: list[dict]) -> tuple[dict[str, Any], str]:
+    """The replays' ``[model]`` as a config section, and what it says. ``dvasim replay`` writes its ``[model]`` as
+    run (:func:`dvasim.engines.replay.engine.to_run_result`): the table's ``provenance``, the ``variant`` and
+    ``bounds``, the first operator of each stage it ran. The notes are no config keys and are dropped; ``bounds``,
+    where recorded, is the cut the replays ran and becomes ``cuts`` (today's slicing of ``stages`` may differ). The
+    folders that record one must record the same."""
+    from dvasim.model.catalog import MODEL
+
+    recorded = {json.dumps(r["config"].get("model", {}).get("bounds")) for r in runs} - {"null"}
+    if len(recorded) > 1:
+        raise ConfigError("fit", f"the folders replay different cuts of the model ([model] bounds "
+                                 f"{', '.join(sorted(recorded))}); fit one cut at a time")
+    mc = {k: v for k, v in runs[0]["config"].get("model", {}).items() if k in MODEL.by_name}
+    if not recorded or "name" not in mc:
+        return mc, "the replays' [model] resolved today"
+    mc = {k: v for k, v in mc.items() if k not in ("stages", "cuts", "ratios")}
+    return {**mc, "cuts": json.loads(recorded.pop())}, "the replays' recorded cuts ([model] bounds)"
+
+
 def replay_operators(runs: list[dict], n: int) -> tuple[list[int], str]:
-    """The operators in each stage of the replays' model: their ``[model]`` resolved as a run would
-    (:func:`dvasim.model.catalog.resolve_model`, :func:`dvasim.server.resolve.stage_operators`)."""
+    """The operators in each stage of the replays' model: their ``[model]`` (:func:`replayed_model`: the cut they
+    recorded, else the section resolved today) resolved as a run would (:func:`dvasim.model.catalog.resolve_model`,
+    :func:`dvasim.server.resolve.stage_operators`)."""
     from dvasim.model.catalog import resolve_model
     from dvasim.server.resolve import stage_operators
 
-    mc = dict(runs[0]["config"].get("model", {}))
+    mc, where = replayed_model(runs)
     if isinstance(mc.get("table"), str):
         from dvasim.schema import find_file
 
@@ -241,7 +263,7 @@ def replay_operators(runs: list[dict], n: int) -> tuple[list[int], str]:
     if len(ops) != n:
         raise ConfigError("--operators", f"the replays' [model] resolves to {len(ops)} stages, their executions have "
                                          f"{n}; give the operators of the replayed cut")
-    return [int(x) for x in ops], src + " (the replays' [model] resolved today)"
+    return [int(x) for x in ops], f"{src} ({where})"
 
 
 def launch_law(a, c, ops, used=None) -> dict[str, Any]:
@@ -404,6 +426,9 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     evidence = _evidence(runs, model, kind, n, e, alone, lines["n_bound"], q, cores_fit)
     per_stage = {k: list(lines[k]) for k in ("launch_ms", "launch_per_row_ms", "copy_ms", "copy_per_row_ms")}
     evidence.update(_slicing_notes(per_stage, law, ops, ops_src, copies, int(e["batch_size"].max())))
+    unidentified = per_row_note(alone)
+    if unidentified is not None:
+        evidence["not_identified"] = unidentified
     if gpu_table is not None:
         evidence["gpu_table_note"] = "host.gpu_table is per stage: this engine file fits only its stage count"
     engine["host"] = host
@@ -474,11 +499,24 @@ def _gpu_times(gpu_table: str, e: pd.DataFrame, n: int) -> list[float]:
         if gt.seq_lens is not None and "seq_len" not in e:
             raise ConfigError("--gpu-table", f"{gpu_table} has lengths; the replays' executions have no seq_len")
         lens = e["seq_len"] if gt.seq_lens is not None else [None] * len(e)
-        return [gt.latency(int(s_), int(b), None if L is None or _nan(L) else int(L))
-                for s_, b, L in zip(e["stage"], e["batch_size"], lens)]
+        times = [gt.latency(int(s_), int(b), None if L is None or _nan(L) else int(L))
+                 for s_, b, L in zip(e["stage"], e["batch_size"], lens)]
     except TableError as err:  # the table's own errors name model.table: here it is --gpu-table
         raise ConfigError("--gpu-table", err.message if err.field == "model.table" else f"{gpu_table}: {err}") \
             from None
+    return _trusted_times(times, "--gpu-table", gpu_table)
+
+
+def _trusted_times(times: list[float], field: str, path) -> list[float]:
+    """Times (ms) from a table the fit reads, each at most :data:`~dvasim.fitting.logs.MAX_MS` (more is beyond any
+    replay: a damaged cell, not a time the fit can trust)."""
+    from dvasim.fitting.logs import MAX_MS
+
+    for x in times:
+        if not x <= MAX_MS:
+            raise ConfigError(field, f"{path} gives the replays' executions a time of {x:g} ms, beyond any replay "
+                                     f"(at most {MAX_MS:.0e}); fix the table's latencies")
+    return times
 
 
 def _stage_lines(alone: pd.DataFrame, n: int, table, kind: str) -> dict[str, list]:
@@ -496,8 +534,8 @@ def _stage_lines(alone: pd.DataFrame, n: int, table, kind: str) -> dict[str, lis
         out["copy_per_row_ms"].append(cc)
         if table is not None:
             lens = bound["seq_len"] if "seq_len" in bound else [None] * len(bound)
-            base = np.array([table.cost(kind, s, int(b), None if L is None or _nan(L) else int(L))
-                             for b, L in zip(bound["batch_size"], lens)])
+            base = np.array(_trusted_times([table.cost(kind, s, int(b), None if L is None or _nan(L) else int(L))
+                                            for b, L in zip(bound["batch_size"], lens)], "--launch-table", table.path))
             out["ratios"].extend((bound["host_ms"].to_numpy() / np.maximum(base, 1e-9)).tolist())
         elif len(bound):
             la, lc = line_fit(bound["batch_size"], bound["host_ms"])
@@ -570,7 +608,7 @@ def _centred_ratios(alone: pd.DataFrame, mod: np.ndarray) -> list[float]:
     rr = []
     for g in np.unique(grp):
         v = rel[grp == g]
-        if len(v) >= 5:
+        if len(v) >= 5 and np.median(v) > 0:  # (a group whose median launch took no time has no ratios)
             rr.extend(v / np.median(v))
     return rr
 
@@ -642,6 +680,23 @@ def _evidence(runs: list[dict], model: str | None, kind: str, n: int, e: pd.Data
     return evidence
 
 
+PER_ROW_KEYS = ("launch_model_per_row_ms", "copy_per_row_ms", "first_copy_per_row_ms")  # slopes over the batch size
+PER_ROW_STAGE_KEYS = ("launch_per_row_ms_by_stage", "copy_per_row_ms_by_stage")
+
+
+def per_row_note(alone: pd.DataFrame) -> str | None:
+    """Why the growth per batch row is not identified, or ``None`` where it is: every execution that ran alone had
+    one batch size (an unbatched replay: ZeroBatch with ``max_batch_size = 1``), and a slope needs two. The fit
+    then keeps what those executions do identify (each stage's launch and copy at that size, the law over the
+    stages, the delays, the jitter and the stalls) and writes the slopes as 0, said in ``[fit] not_identified``."""
+    sizes = sorted({int(b) for b in alone["batch_size"]})
+    if len(sizes) != 1:
+        return None
+    return (f"{', '.join(PER_ROW_KEYS)} (every execution that ran alone had batch size {sizes[0]}: a per-row "
+            f"slope needs at least two batch sizes): written as 0, so the engine holds at batch size {sizes[0]} "
+            "only; fit replays whose batches have two sizes or more to measure them")
+
+
 def _slicing_notes(per_stage: dict[str, list[float]], law: dict[str, Any] | None, ops: list[int] | None,
                    ops_src: str | None,
                    copies: dict[str, Any], b_max: int) -> dict[str, Any]:
@@ -662,7 +717,7 @@ def _slicing_notes(per_stage: dict[str, list[float]], law: dict[str, Any] | None
             launch_law_fit=law["how"],
             launch_ms_by_stage=r(a), launch_per_row_ms_by_stage=r(c),
             launch_law_ms_by_stage=r(la), launch_law_per_row_ms_by_stage=r(lc),
-            launch_law_rel_err_by_stage_b1=err(1), **{f"launch_law_rel_err_by_stage_b{b_max}": err(b_max)},
+            **{f"launch_law_rel_err_by_stage_b{b}": err(b) for b in sorted({1, b_max})},
         )
     else:
         out["launch_law"] = ("not written: --launch-table keeps the profiled table's per-stage shape, so this engine "
@@ -727,7 +782,8 @@ def fit_intervals(res: dict[str, Any], ex: list[pd.DataFrame], e: pd.DataFrame, 
     group's median and shrink every resampled spread (its interval then missed the truth 70% of the time on
     synthetic replays; resampling the ratios covers it 95%).
 
-    ``intervals["about"]`` says how, and what has no interval (:data:`NOT_GIVEN`)."""
+    The per-row slopes a fit did not identify (:func:`per_row_note`: written as 0, not estimated) get no interval.
+    ``intervals["about"]`` says how, and what has no interval (:data:`NOT_GIVEN`, and those slopes)."""
     from dvasim.reporting.intervals import bootstrap, from_replicates
 
     point = _flat(res)
@@ -753,19 +809,21 @@ def fit_intervals(res: dict[str, Any], ex: list[pd.DataFrame], e: pd.DataFrame, 
     out = _nested({k: flat[k].as_dict() for k in point if k in flat})
     out["about"] = {"confidence": confidence, "n_boot": int(n_boot), "seed": int(seed),
                     "resampled": "executions, with replacement within each (replay folder, stage)",
-                    "not_given": NOT_GIVEN}
+                    "not_given": NOT_GIVEN + (f"; {', '.join(PER_ROW_KEYS)} are not identified (fit.not_identified)"
+                                              if "not_identified" in res["fit"] else "")}
     return out
 
 
 def _flat(res: dict[str, Any]) -> dict[str, float]:
     """The fitted values that get an interval, by dotted path (a stage's line: ``fit.launch_ms_by_stage.0``)."""
     eng, host, f = res["engine"], res["engine"]["host"], res["fit"]
+    skip = (*PER_ROW_KEYS, *PER_ROW_STAGE_KEYS) if "not_identified" in f else ()  # written as 0, not estimated
     out = {f"engine.{k}": float(eng[k]) for k in ("launch_overhead_ms", "service_cv")}
-    out.update({f"engine.host.{k}": float(host[k]) for k in HOST_KEYS if k in host})
+    out.update({f"engine.host.{k}": float(host[k]) for k in HOST_KEYS if k in host and k not in skip})
     if "cores_fit" in f:
         out["engine.host.cores"] = float(host["cores"])
     for k in STAGE_KEYS:
-        if k in f:
+        if k in f and k not in skip:
             out.update({f"fit.{k}.{s}": float(v) for s, v in enumerate(f[k])})
     return out
 
@@ -881,8 +939,11 @@ def engine_toml(result: dict[str, Any]) -> str:
 
 
 def check_finite(result: dict[str, Any]) -> None:
-    """Every number the engine file would hold is finite: a fit that produced ``inf`` or ``nan`` (from logs whose
-    times say nothing) is refused rather than written."""
+    """Every number the engine file would hold is finite and at most :data:`~dvasim.fitting.logs.MAX_MS` in size
+    (beyond any replay's time, or any scale of a table's): a fit that produced ``inf``, ``nan`` or such a number
+    (from logs or tables whose times say nothing) is refused rather than written."""
+    from dvasim.fitting.logs import MAX_MS
+
     def walk(v, where: str) -> None:
         if isinstance(v, dict):
             for k, x in v.items():
@@ -890,9 +951,9 @@ def check_finite(result: dict[str, Any]) -> None:
         elif isinstance(v, (list, tuple)):
             for x in v:
                 walk(x, where)
-        elif isinstance(v, float) and not math.isfinite(v):
-            raise ConfigError("fit", f"the replays give {where} = {v}; check their executions.csv (every time a "
-                                     "finite number of ms) and fit again")
+        elif isinstance(v, float) and not (math.isfinite(v) and abs(v) <= MAX_MS):
+            raise ConfigError("fit", f"the replays give {where} = {v:g}; check their executions.csv and the tables "
+                                     f"given (every time a finite number of ms, at most {MAX_MS:.0e}) and fit again")
 
     walk(result["engine"], "engine")
 

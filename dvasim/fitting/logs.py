@@ -4,8 +4,9 @@ checks of a fitted engine (:mod:`dvasim.fitting.check`) take it.
 A replay folder holds ``config.toml`` (or ``config.json``), ``queries.csv`` and ``executions.csv``; each may be
 gzipped (``NAME.gz``). Anything missing, unreadable (a truncated gzip, a file cut in the middle of a line) or
 not what a replay writes (a config that is not a table, no rows, a stage that is not an integer, a time that is
-not a finite number) is a :class:`~dvasim.errors.ConfigError` naming ``fit`` and the file, before anything is
-fitted.
+not a finite number or is beyond any replay, :data:`MAX_MS`, an execution's thread time longer than its span or its
+copies longer than its thread time) is a :class:`~dvasim.errors.ConfigError` naming ``fit`` and the file, before
+anything is fitted.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ EXECUTION_COLUMNS = {"stage", "batch_size", "table_ms", "begin_ms", "end_ms", "c
 # whose copies were not timed); every other column named above must hold a finite number in every row
 MAY_BE_EMPTY = {"seen_ms", "finish_ms", "copy_ms"}
 DURATIONS = ("table_ms", "compute_ms", "copy_ms", "handoff_ms", "bookkeeping_ms")  # >= 0 where given (table_ms > 0)
+MAX_MS = 1e9  # every time in a replay's files, ms: 11.6 days, beyond any replay (a larger one is a damaged cell)
+SPAN_SLACK_MS = 1e-3  # rounding allowed where one time must lie within another (a replay writes them exactly)
 CONFIG_SECTIONS = ("model", "policy", "workload", "engine", "replay", "qos")  # tables where present
 
 
@@ -136,17 +139,20 @@ def _read_frame(d: Path, stem: str, need: set[str]) -> pd.DataFrame:
 
 
 def _check_column(p: Path, df: pd.DataFrame, col: str) -> None:
-    """``df[col]`` numeric and finite (empty only where :data:`MAY_BE_EMPTY` allows); a duration ``>= 0``, the
-    table's time ``> 0``."""
+    """``df[col]`` numeric and finite (empty only where :data:`MAY_BE_EMPTY` allows); a time (``*_ms``) at most
+    :data:`MAX_MS` in size, a duration ``>= 0``, the table's time ``> 0``."""
     x = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
     bad = np.isinf(x) | (np.isnan(x) & (df[col].notna().to_numpy() | (col not in MAY_BE_EMPTY)))
     what = "a finite number"
+    if col.endswith("_ms"):
+        bad |= np.abs(x) > MAX_MS  # (nan compares false: an allowed empty cell stays allowed)
+        what = f"a finite number of ms within +-{MAX_MS:.0e} (more is beyond any replay)"
     if col == "table_ms":
         bad |= x <= 0
-        what = "a number > 0 (ms)"
+        what = f"a number of ms > 0 and <= {MAX_MS:.0e} (more is beyond any replay)"
     elif col in DURATIONS:
         bad |= x < 0
-        what = "a number >= 0 (ms)"
+        what = f"a number of ms in 0..{MAX_MS:.0e} (more is beyond any replay)"
     if bad.any():
         i = int(np.argmax(bad))
         v = df[col].iloc[i]
@@ -181,3 +187,19 @@ def _check_stages(d: Path, ex: pd.DataFrame, cfg: dict[str, Any]) -> None:
     if late.any():
         i = int(np.argmax(late))
         raise ConfigError("fit", f"{d}: executions.csv data row {i + 1}: end_ms before begin_ms")
+    _check_within(d, ex)
+
+
+def _check_within(d: Path, ex: pd.DataFrame) -> None:
+    """An execution's thread time lies within its span (a replay writes ``compute_ms = end_ms - begin_ms``) and
+    its copies within its thread time (``copy_ms <= compute_ms``): a cell that breaks either is no time the fit can
+    trust (one ``compute_ms`` of 1e308 ms made an engine whose launches cost 1e+304 ms an operator)."""
+    span = ex["end_ms"].to_numpy() - ex["begin_ms"].to_numpy()
+    compute, copy = ex["compute_ms"].to_numpy(), ex["copy_ms"].to_numpy()
+    for col, x, limit, what in (("compute_ms", compute, span, "its span end_ms - begin_ms"),
+                                ("copy_ms", copy, compute, "its compute_ms (the copies are part of it)")):
+        bad = x > limit + SPAN_SLACK_MS  # (an empty copy_ms is nan: never bad)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ConfigError("fit", f"{d}: executions.csv data row {i + 1}: {col} is {x[i]:g} ms, more than "
+                                     f"{what} ({limit[i]:g} ms); give the folder as dvasim replay wrote it")

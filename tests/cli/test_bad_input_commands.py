@@ -84,6 +84,24 @@ def missing_stage(d):
     rewrite_csv(d, "executions", lambda df: df[df["stage"] != 1])
 
 
+def huge_compute(d):  # issue 35: a finite time no replay has made an engine launching for 1e+304 ms an operator
+    rewrite_csv(d, "executions", lambda df: df.__setitem__("compute_ms", df["compute_ms"].where(df.index != 4, 1e308)))
+
+
+def compute_beyond_span(d):
+    rewrite_csv(d, "executions", lambda df: df.__setitem__(
+        "compute_ms", df["compute_ms"].where(df.index != 4, 10 * (df["end_ms"] - df["begin_ms"]))))
+
+
+def copy_beyond_compute(d):
+    rewrite_csv(d, "executions", lambda df: df.__setitem__("copy_ms", df["copy_ms"].where(df.index != 4,
+                                                                                           df["compute_ms"] + 1.0)))
+
+
+def huge_arrival(d):
+    rewrite_csv(d, "queries", lambda df: df.__setitem__("arrival_ms", df["arrival_ms"].where(df.index != 4, 1e308)))
+
+
 @pytest.mark.parametrize("damage,needle", [
     (truncated_gzip, "cut short"),
     (config_json_a_list, "no config table"),
@@ -92,6 +110,10 @@ def missing_stage(d):
     (header_only_queries, "no rows"),
     (cut_queries, "middle of a line"),
     (missing_stage, "none of stage 1"),
+    (huge_compute, "data row 5: compute_ms is 1e+308"),
+    (compute_beyond_span, "more than its span"),
+    (copy_beyond_compute, "more than its compute_ms"),
+    (huge_arrival, "data row 5: arrival_ms is 1e+308"),
 ])
 def test_fit_refuses_a_damaged_replay_folder_and_writes_nothing(damage, needle, tmp_path, capsys):
     d = replay_copy(tmp_path)
@@ -100,6 +122,28 @@ def test_fit_refuses_a_damaged_replay_folder_and_writes_nothing(damage, needle, 
     code, err = run_cli(["fit", d, "--out", out], capsys)
     assert_one_line_error(code, err, "fit:", needle, d.name)
     assert not out.exists() and not leftovers(tmp_path)
+
+
+def test_fit_refuses_an_untrustworthy_time_in_one_line_without_warnings(tmp_path):
+    """Issue 35, as reported: one ``compute_ms = 1e308`` cell gave 26 warning lines and an engine whose launches
+    cost 1e+307 ms an operator; now one line, status 2, and no engine file."""
+    d = replay_copy(tmp_path)
+    huge_compute(d)
+    out = tmp_path / "engine.toml"
+    r = subprocess.run([sys.executable, "-m", "dvasim.cli", "fit", str(d), "--out", str(out)], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert_one_line_error(r.returncode, r.stderr, "fit:", "compute_ms is 1e+308", "executions.csv")
+    assert "Warning" not in r.stderr and not out.exists()
+
+
+def test_fit_refuses_a_gpu_table_time_beyond_any_replay(tmp_path, capsys):
+    rows = [f"{s},{b},{1e308 if s == 1 else 0.5}" for s in range(4) for b in range(1, 17)]
+    table = tmp_path / "gpu.csv"
+    table.write_text("stage,batch_size,latency_ms\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "engine.toml"
+    code, err = run_cli(["fit", REPLAY, "--out", out, "--gpu-table", table], capsys)
+    assert_one_line_error(code, err, "--gpu-table:", "1e+308 ms", "beyond any replay")
+    assert not out.exists()
 
 
 def test_fit_checks_every_folder_before_fitting_any(tmp_path, capsys):
@@ -299,6 +343,9 @@ def cpu_config(tmp_path):
     (["--warmup", "100000"], ["--warmup:", "0..1000"]),
     (["--loadgen", "--target-qps", "inf"], ["--target-qps:", "finite"]),
     (["--set", 'model.device="titanrtx"'], ["model.device:", 'device = "cpu"']),
+    # issue 35: a [cluster] the replay cannot run is refused, not ignored
+    (["--set", "cluster.replicas=2"], ["cluster.replicas:", "one replica", "dvasim run"]),
+    (["--set", "cluster.network_delay_ms=0.5"], ["cluster.network_delay_ms:", "set it to 0"]),
 ])
 def test_replay_refuses_before_running(args, needles, cpu_config, tmp_path, capsys):
     pytest.importorskip("torch")
@@ -364,6 +411,9 @@ def test_loadgen_target_must_be_finite():
     (None, ["--threads", "100000"], ["--threads:"]),
     (None, ["--repeats", "1000"], ["--repeats:", "1..100"]),
     (None, ["--max-foreign-load", "inf"], ["--max-foreign-load:", "finite"]),
+    # issue 35: validate compared a 2-replica simulation with a 1-replica replay
+    (None, ["--set", "cluster.replicas=2"], ["cluster.replicas:", "one replica"]),
+    (None, ["--set", "cluster.network_delay_ms=[0.0, 1.0]"], ["cluster.network_delay_ms:"]),
 ])
 def test_validate_checks_the_config_before_simulating(change, args, needles, tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
@@ -375,6 +425,25 @@ def test_validate_checks_the_config_before_simulating(change, args, needles, tmp
     out = tmp_path / "o"
     code, err = run_cli(["validate", conf, "--out", out, "--repeats", "1", *args], capsys)
     assert_one_line_error(code, err, *needles)
+    assert not out.exists()
+
+
+@torch_only
+@pytest.mark.parametrize("command", ["replay", "validate"])
+def test_a_cluster_config_is_refused_not_ignored(command, tmp_path, capsys, monkeypatch):
+    """Issue 35: ``[cluster] replicas = 2`` was ignored: validate compared a 2-replica simulation with a 1-replica
+    replay. Refused in one line before anything is simulated, replayed or written."""
+    pytest.importorskip("torch")
+    import dvasim.api
+    import dvasim.engines.replay.engine as eng
+
+    monkeypatch.setattr(dvasim.api, "run", lambda *a, **k: pytest.fail("the simulation ran"))
+    monkeypatch.setattr(eng, "make_engine", lambda *a, **k: pytest.fail("the replay ran"))
+    conf = tmp_path / "c.toml"
+    conf.write_text(CPU_CONFIG + "[cluster]\nreplicas = 2\n")
+    out = tmp_path / "o"
+    code, err = run_cli([command, conf, "--out", out], capsys)
+    assert_one_line_error(code, err, "cluster.replicas:", "is 2", "replicas (or set it to 1)")
     assert not out.exists()
 
 

@@ -19,16 +19,18 @@ from tests.synthetic_replays import write_replay
 DATA = Path(__file__).parents[1] / "data" / "h100_replays"
 
 
-def synthetic_replay(d: Path, seed: int, n: int = 1500, stall_p: float = 0.02, model: str = "resnet152"):
+def synthetic_replay(d: Path, seed: int, n: int = 1500, stall_p: float = 0.02, model: str = "resnet152",
+                     max_batch: int = 16):
     """A replay folder whose executions follow known laws: host-bound stages (table 0.5 ms) whose launch costs
     1.0 + 0.05 b (stage 0) / 0.8 + 0.02 b (stage 1) times a log-normal factor of CV 0.1, copies 0.2 + 0.01 b,
-    hand-off 0.1, book-keeping 0.02; a fraction ``stall_p`` of launches stalls for 10 ms."""
+    hand-off 0.1, book-keeping 0.02; a fraction ``stall_p`` of launches stalls for 10 ms. Batch sizes ``b`` uniform
+    in ``1..max_batch`` (1: an unbatched replay)."""
     rng = np.random.default_rng(seed)
     rows, t = [], 0.0
     sigma = np.sqrt(np.log1p(0.1 ** 2))
     for i in range(n):
         s = i % 2
-        b = int(rng.integers(1, 17))
+        b = int(rng.integers(1, max_batch + 1))
         launch = (1.0 + 0.05 * b if s == 0 else 0.8 + 0.02 * b) * rng.lognormal(-sigma ** 2 / 2, sigma)
         launch += 10.0 if rng.random() < stall_p else 0.0
         copy = 0.2 + 0.01 * b

@@ -798,6 +798,7 @@ def _resolve(config, overrides, device: str, table):
     if "table" in cfg["model"]:
         raise ConfigError("model.table", 'the replay runs the real stage modules of the model zoo: give name = '
                                          '"resnet152", device = "cpu", stages = N instead of a table')
+    check_one_replica(cfg["cluster"])
     if device not in ("cpu", "cuda"):
         raise ConfigError("device", f"must be cpu or cuda, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
@@ -818,6 +819,24 @@ def _resolve(config, overrides, device: str, table):
             raise ConfigError("table", f"has {tab.n_stages} stages; the model is cut into {resolved.table.n_stages}")
         resolved = dataclasses.replace(resolved, table=tab)
     return cfg, resolved
+
+
+def check_one_replica(cluster: dict) -> None:
+    """The replay serves on one device, each query straight into its one pipeline: a resolved ``[cluster]`` that
+    would change the simulation of the same config (``replicas`` > 1, a ``network_delay_ms``) is refused rather
+    than ignored, or ``dvasim validate`` would compare a cluster's simulation with one replica's replay. (The
+    ``router`` of one replica picks nothing, in either engine.)"""
+    from dvasim.errors import ConfigError
+
+    if cluster["replicas"] != 1:
+        raise ConfigError("cluster.replicas", f"is {cluster['replicas']}, but the replay runs one replica (one "
+                                              "device, one pipeline): remove [cluster] replicas (or set it to 1) to "
+                                              "replay or validate, and simulate the cluster with dvasim run")
+    delay = cluster["network_delay_ms"]
+    if any(float(d) != 0.0 for d in (delay if isinstance(delay, list) else [delay])):
+        raise ConfigError("cluster.network_delay_ms", f"is {delay}, but the replay has no network before its "
+                                                      "pipeline: remove [cluster] network_delay_ms (or set it to 0) "
+                                                      "to replay or validate, and simulate the delay with dvasim run")
 
 
 def _real_stages(cfg: dict, resolved, dev: str):
