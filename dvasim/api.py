@@ -66,7 +66,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         progress=eng["progress"] if progress is None else progress,
         closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True, host=parts.served.host,
         transfer=parts.transfer, batch_costs=parts.served.batch, corun_per_worker=parts.served.corun_per_worker,
-        stop=stop,
+        stop=stop, **_contention(eng),
     )
     if res.interrupted is not None and _whole:  # a study's probe: nothing of it counts, so no summary either
         store.close()
@@ -225,6 +225,7 @@ def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered, trigger=No
         sim_wall_s=res.wall_s, sim_queries_per_wall_s=n / res.wall_s if res.wall_s > 0 else float("nan"),
         **_meta_ops([p.table for p in parts.pipelines]),
     )
+    summary.update(_contention(cfg["engine"]))  # the contention model every run names ("none" by default)
     if n_rep > 1:  # said only for a cluster (a single GPU's summary is unchanged)
         from dvasim.reporting.replicas import replica_summary
 
@@ -235,6 +236,17 @@ def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered, trigger=No
     if res.interrupted is not None:  # said only when it happened (a finished run's summary is unchanged)
         summary.update(interrupted=True, interrupted_reason=res.stuck, n_not_arrived=res.n_not_arrived)
     return summary
+
+
+def _contention(eng: dict[str, Any]) -> dict[str, Any]:
+    """``[engine] contention`` as the engine takes it and the summary names it: ``"none"`` when absent; the share
+    (its calibrated H100 value when absent) only with ``"overlap"``."""
+    from dvasim.config.sections import OVERLAP_SHARE_H100
+
+    model = eng.get("contention", "none")
+    if model == "none":
+        return {"contention": model}
+    return {"contention": model, "contention_share": float(eng.get("contention_share", OVERLAP_SHARE_H100))}
 
 
 def _meta_ops(tables) -> dict[str, Any]:

@@ -40,6 +40,7 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     for section in (ENGINE, QOS, REPLAY, SCHEMA["cluster"]):
         cfg[section.name] = {**cfg[section.name], **section.check(cfg[section.name])}
     _check_delay(cfg["engine"], "engine", "admission_delay_ms")
+    _check_contention(cfg["engine"])
     _check_delay(cfg["cluster"], "cluster", "network_delay_ms")
     cfg["cluster"]["router"] = router_name(cfg["cluster"]["router"])
     SCHEMA["server"].check(cfg["server"])  # checked; the stack reads its overrides as given
@@ -55,6 +56,17 @@ def _check_model(model: dict[str, Any], base_dir: str | None) -> None:
     elif "name" not in model:
         raise ConfigError("model", 'missing; set table = "path/to/latency.csv" or name = "bert_base", '
                                    'device = "titanrtx", stages = 4')
+
+
+def _check_contention(engine: dict[str, Any]) -> None:
+    """``[engine] contention = "overlap"`` acts on the fluid sharing model; its share only with it."""
+    model = engine.get("contention", "none")
+    if model == "overlap" and engine["sharing"] != "fluid":
+        raise ConfigError("engine.contention", f'"overlap" applies to sharing = "fluid" only, not '
+                                               f'{engine["sharing"]!r}; set contention = "none" or sharing = "fluid"')
+    if "contention_share" in engine and model != "overlap":
+        raise ConfigError("engine.contention_share", 'applies only with contention = "overlap" (the config has '
+                                                     f'{model!r}); drop it or set contention = "overlap"')
 
 
 def _check_delay(section: dict[str, Any], name: str, key: str) -> None:

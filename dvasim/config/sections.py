@@ -25,6 +25,13 @@ MAX_BUFFER_PAIRS = 64
 MAX_CORES = 4096
 MAX_SERVICE_CV = 10.0
 SHARING_MODES = ("fluid", "exclusive", "parallel", "cores")  # the simulator's device-sharing models
+# how overlapped executions contend beyond the sharing model (dvasim.engines.sim.device): "none" (the sharing model
+# alone) or "overlap" (every running execution claims at least a share of the device, [engine] contention_share)
+CONTENTION_MODELS = ("none", "overlap")
+# contention_share when absent: calibrated on the H100's four-thread co-run (traces/gpu/h100/measured/
+# overlap_4threads.csv, CUDA-graph rows at batch 1; dvasim.engines.sim.contention.calibrate_share reproduces it,
+# tests/engines/test_contention.py checks that it does)
+OVERLAP_SHARE_H100 = 0.379
 REPLAY_MODULES = ("auto", "cudagraph", "torchscript", "eager")
 
 POLICY = Section("policy", "the batching policy: its name; its other keys are the policy's parameters "
@@ -59,6 +66,13 @@ ENGINE = Section("engine", "the serving pipeline's engine: buffers, instances, d
         minimum=1, maximum=MAX_INSTANCES),
     Key("sharing", "choice", "device-sharing model", default="fluid", choices=SHARING_MODES),
     Key("corun_slowdown", "number", "rate divisor while two or more executions overlap", default=1.0, minimum=1),
+    Key("contention", "choice", 'how overlapped executions contend beyond the sharing model (absent: "none"): '
+        '"overlap" makes every running execution claim at least contention_share of the device (its demand d '
+        'counts as share + (1 - share) * d; one execution alone runs as before); sharing = "fluid" only',
+        choices=CONTENTION_MODELS),
+    Key("contention_share", "number", 'the share of the device every running execution claims under contention = '
+        f'"overlap" (absent: {OVERLAP_SHARE_H100}, calibrated on an H100\'s four CUDA-graph threads at batch 1)',
+        minimum=0, maximum=1),
     Key("cores", "int", 'CPU cores for sharing = "cores" (each execution takes one)', default=2, minimum=1,
         maximum=MAX_CORES),
     Key("launch_overhead_ms", "number", "host-side scheduling cost added to every stage launch (ms)", default=0.0,

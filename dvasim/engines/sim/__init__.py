@@ -1,6 +1,7 @@
 """The SimPy engine (:mod:`~dvasim.engines.sim.engine`), the device-sharing model
-(:mod:`~dvasim.engines.sim.device`) and the simulator's co-run profile for E-Ebird
-(:mod:`~dvasim.engines.sim.corun`).
+(:mod:`~dvasim.engines.sim.device`), the simulator's co-run profile for E-Ebird
+(:mod:`~dvasim.engines.sim.corun`) and the contention of overlapped executions calibrated on a GPU's four-thread
+co-run (:mod:`~dvasim.engines.sim.contention`).
 
 May import: simpy and the layers below the engines; never torch.
 """

@@ -128,7 +128,9 @@ def simulate(pipeline: Any, arrivals_ms, seq_lens, **options) -> SimResult:  # a
     current one runs, and a completion thread answers) the entry runs on the host beside the GPU's work (the device
     sees no gap: exact at saturation, at most one entry optimistic for a batch reaching an idle server) and the
     exit delays only the answers.
-    ``corun_per_worker = k`` slows every execution by ``1 + k * (n - 1)`` while ``n`` run at once."""
+    ``corun_per_worker = k`` slows every execution by ``1 + k * (n - 1)`` while ``n`` run at once.
+    ``contention = "overlap"`` makes every running execution claim at least ``contention_share`` of the device
+    (:mod:`dvasim.engines.sim.device`); ``"none"`` (default): the sharing model alone."""
     return Simulation(pipeline, arrivals_ms, seq_lens, SimOptions(**options)).run()
 
 
@@ -153,7 +155,8 @@ class Simulation:
         self.pipeline = pipeline
         self.env = simpy.Environment() if env is None else env
         self.on_left: Callable[[list[Query]], None] | None = None  # told of every query that leaves (a router)
-        self.device = Device(self.env, o.sharing, o.corun_slowdown, o.cores, corun_per_worker=o.corun_per_worker)
+        self.device = Device(self.env, o.sharing, o.corun_slowdown, o.cores, corun_per_worker=o.corun_per_worker,
+                             contention=o.contention, contention_share=o.contention_share)
         if o.batch_costs is not None and o.host is None:
             raise ValueError("o.batch_costs need a o.host model")
         self.host, self.batch_costs, self.launch_overhead_ms = o.host, o.batch_costs, o.launch_overhead_ms

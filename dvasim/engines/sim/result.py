@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dvasim.config.sections import OVERLAP_SHARE_H100
 from dvasim.core.pipeline import Pipeline
 from dvasim.core.query import Query
 from dvasim.reporting.records import RecordStore
@@ -65,5 +66,7 @@ class SimOptions:
     transfer: Any = None  # a dvasim.server.transfer.Transfer
     batch_costs: Any = None  # a dvasim.server.costs.BatchCosts
     corun_per_worker: float = 0.0
+    contention: str = "none"  # [engine] contention: "none" or "overlap" (dvasim.engines.sim.device)
+    contention_share: float = OVERLAP_SHARE_H100  # [engine] contention_share (used by "overlap" only)
     stop: Callable[[], str | None] | None = None
     stream: int = 0  # a replica's index (:mod:`~dvasim.engines.sim.cluster`): its own random streams beyond 0
