@@ -29,7 +29,7 @@ SHARING_MODES = ("fluid", "exclusive", "parallel", "cores")  # the simulator's d
 # alone) or "overlap" (every running execution claims at least a share of the device, [engine] contention_share)
 CONTENTION_MODELS = ("none", "overlap")
 # contention_share when absent: calibrated on the H100's four-thread co-run (traces/gpu/h100/measured/
-# overlap_4threads.csv, CUDA-graph rows at batch 1; dvasim.engines.sim.contention.calibrate_share reproduces it,
+# overlap_4threads.csv, CUDA-graph rows at batch 1; dvasim.studies.contention.calibrate_share reproduces it,
 # tests/engines/test_contention.py checks that it does)
 OVERLAP_SHARE_H100 = 0.379
 REPLAY_MODULES = ("auto", "cudagraph", "torchscript", "eager")

@@ -1,6 +1,6 @@
 """A check, not a fit: how much longer a stage execution took in a replay while others were open, against what
 ``[engine] contention = "overlap"`` (calibrated on the four-thread co-run alone,
-:mod:`dvasim.engines.sim.contention`) implies. The replays are what the model is to predict, so nothing here sets
+:mod:`dvasim.studies.contention`) implies. The replays are what the model is to predict, so nothing here sets
 a parameter.
 
     python -m dvasim.fitting.contention [--case traces/h100_replays/resnet152_dvabatch_0.6]

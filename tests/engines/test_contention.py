@@ -8,9 +8,9 @@ import simpy
 import dvasim
 from dvasim.config import resolve
 from dvasim.config.sections import OVERLAP_SHARE_H100
-from dvasim.engines.sim.contention import calibrate_share, four_threads, load_overlaps
 from dvasim.engines.sim.device import Device
 from dvasim.errors import ConfigError
+from dvasim.studies.contention import calibrate_share, four_threads, load_overlaps
 
 
 def finish_times(jobs, contention="overlap", share=0.5, slowdown=1.0):

@@ -1,7 +1,7 @@
 """The SimPy engine (:mod:`~dvasim.engines.sim.engine`), the device-sharing model
 (:mod:`~dvasim.engines.sim.device`), the simulator's co-run profile for E-Ebird
-(:mod:`~dvasim.engines.sim.corun`) and the contention of overlapped executions calibrated on a GPU's four-thread
-co-run (:mod:`~dvasim.engines.sim.contention`).
+(:mod:`~dvasim.engines.sim.corun`); the contention of overlapped executions is
+calibrated on a GPU's four-thread co-run by :mod:`dvasim.studies.contention`.
 
 May import: simpy and the layers below the engines; never torch.
 """

@@ -24,7 +24,7 @@ as ``d' = k + (1 - k) * d``, so with ``n`` running, of total demand ``D``, each 
 ``1 / max(1, D + k * (n - D))``. One execution alone (``d' <= 1``) runs at its standalone speed, as before; small
 batches (low ``d``: small kernels, bound by their launch, dispatch and tails rather than by the SMs) contend far
 more than the fluid model says, large ones (``d`` near 1) hardly more. Calibrated on an H100's four threads each
-replaying one stage's CUDA graph on its own stream (:mod:`dvasim.engines.sim.contention`): ``k = 0.379`` from the
+replaying one stage's CUDA graph on its own stream (:mod:`dvasim.studies.contention`): ``k = 0.379`` from the
 two batch-1 co-runs (overlap 2.2x where the fluid model says 3.7x) predicts the held-out batch-8 one (1.30x against
 1.3x measured, fluid 1.59x).
 
