@@ -57,6 +57,7 @@ def test_fewest_replicas_match_md1_theory(md1_config):
     assert p["headroom"] >= -0.05  # 6 replicas hold at least the planned rate (within the resolution)
 
 
+@pytest.mark.slow  # (19 s) JSQ against random routing at 90% load is also tests/engines/test_cluster.py's
 def test_jsq_needs_no_more_replicas_than_random(md1_config):
     qps = 4500.0
     kw = dict(resolution=0.05, per_replica_queries=2000, headroom=False, **FAST)
@@ -65,6 +66,7 @@ def test_jsq_needs_no_more_replicas_than_random(md1_config):
     assert jsq <= 5 < rnd  # pooled queues: 5 replicas at 90% meet 12 ms under JSQ; random needs 6
 
 
+@pytest.mark.slow  # (30 s) random routing's independent M/D/1 replicas are also tests/engines/test_cluster.py's
 def test_what_replicas_hold_scales_with_random_routing(md1_config):
     """Random routing makes N independent M/D/1 queues: N replicas hold N times one replica's capacity."""
     one = replicas_hold(md1_config, 1, SLO, router="random", resolution=0.03, **FAST)["by_policy"]["zerobatch"]
