@@ -11,23 +11,12 @@ from dvasim.config.sections import OVERLAP_SHARE_H100
 from dvasim.engines.sim.device import Device
 from dvasim.errors import ConfigError
 from dvasim.studies.contention import calibrate_share, four_threads, load_overlaps
+from tests.engines.test_device import finish_times as device_finish_times
 
 
 def finish_times(jobs, contention="overlap", share=0.5, slowdown=1.0):
     """jobs: (start, work, demand) -> the finish time of each, on the fluid device."""
-    env = simpy.Environment()
-    dev = Device(env, "fluid", slowdown, contention=contention, contention_share=share)
-    out = [None] * len(jobs)
-
-    def proc(k, start, work, demand):
-        yield env.timeout(start)
-        yield dev.run(work, demand)
-        out[k] = env.now
-
-    for k, j in enumerate(jobs):
-        env.process(proc(k, *j))
-    env.run()
-    return out
+    return device_finish_times("fluid", jobs, slowdown, contention=contention, contention_share=share)
 
 
 # ------------------------------------------------------------------------------------------ (a) by hand

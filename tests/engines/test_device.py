@@ -6,10 +6,10 @@ import simpy
 from dvasim.engines.sim.device import Device
 
 
-def finish_times(mode, jobs, slowdown=1.0):
-    """jobs: (start, work, demand) -> finish time of each."""
+def finish_times(mode, jobs, slowdown=1.0, **device_kw):
+    """jobs: (start, work, demand) -> finish time of each (``device_kw``: more of the Device's settings)."""
     env = simpy.Environment()
-    dev = Device(env, mode, slowdown)
+    dev = Device(env, mode, slowdown, **device_kw)
     out = [None] * len(jobs)
 
     def proc(k, start, work, demand):
