@@ -133,6 +133,7 @@ def test_a_metastable_server_passes_a_short_probe_and_fails_the_trigger(tmp_path
     assert rec["trigger"]["backlog"] == 75 and not rec["trigger"]["recovered"]  # ceil(1500 qps x 50 ms)
 
 
+@pytest.mark.slow  # (25 s) the search over it; the probe that refuses it is the test above, in the default suite
 def test_capacity_of_a_metastable_server_is_what_it_recovers_at(tmp_path, thrashing):
     """The old rules (1,000-query probes, no trigger) put the capacity above 1,500 qps; the new ones below 1,000
     qps: near the thrashing server's batch-1 rate (909 qps; a queue hovering at the threshold mixes in batches of 8,

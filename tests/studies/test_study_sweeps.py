@@ -208,6 +208,7 @@ def test_study_window_quick(out):
         assert r["collected_bs"] > 4 * at_low[(r["model"], r["window_ms"])]
 
 
+@pytest.mark.slow  # (18 s) the slicing experiment's smoke test; its GPU model's properties: tests/model
 def test_study_slicing_quick(out):
     # the GPU model's slicing properties (on a host-bound stack the cut also moves work between launch-bound and
     # GPU-bound stages: ResNet152 on the A100 at batch 1 launches for about as long as it computes)
