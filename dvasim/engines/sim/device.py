@@ -111,7 +111,6 @@ class Device:
         if corun_per_worker < 0:
             raise ValueError("corun_per_worker must be >= 0")
         self.per_worker = corun_per_worker  # a co-run penalty growing with the executions running at once
-        self.contention = contention
         # the share of the device every running execution claims at least (0: no contention beyond the fluid model)
         self.share: float = float(contention_share) if contention == "overlap" else 0.0
         self.jobs: list[_Job] = []
