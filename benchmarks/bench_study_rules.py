@@ -2,9 +2,10 @@
 
 Before: the package as it was at commit 22f9773 (the last before issue 34's probe rules; a git worktree of it is
 made in a temporary folder): probes of 1,000 queries doubling to 64,000 at 95% confidence, no minimum duration, no
-trigger test, one short confirming run, searches one after another. After: the defaults (LoadGen's 10 s minimum and early-stopping
-bound at 99%, a backlog trigger for every accepted rate, ``plan``'s 10x confirmations at the count and one below),
-independent searches on one process per core. The two rules answer differently (the point of issue 34); this
+trigger test, one short confirming run, searches one after another. After: the defaults (probes of at least 60 s
+of arrivals, LoadGen's early-stopping bound at 99%, a backlog trigger for every accepted rate, the answer's 10x
+long-run confirmation: ``capacity`` steps its rate down while a long run fails, ``plan`` its count), independent
+searches on one process per core. The two rules answer differently (the point of issue 34); this
 measures what the longer probes cost and what the processes win back. Each command runs in a fresh interpreter
 (``python -m dvasim``), as a user runs it; the core it ran on (compiled or pure) is said.
 

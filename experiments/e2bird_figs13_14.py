@@ -104,7 +104,8 @@ def fig14(models, quick: bool, seed: int, stack: str = PAPER_STACK) -> pd.DataFr
             res = capacity(config(m, system, {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1000, "seed": seed},
                                   stack), QOS_MS, percentile=99.0, **kw)
             rows.append({"model": m, "stack": res.get("stack", stack), "system": system,
-                         "capacity_qps": res["capacity_qps"], "top_exceeded": res.get("top_exceeded"),
+                         "capacity_qps": res["capacity_qps"], "capacity_searched_qps": res["capacity_searched_qps"],
+                         "top_exceeded": res.get("top_exceeded"),
                          "probes": len(res.get("probes", [])), "wall_s": time.perf_counter() - t0})
     df = pd.DataFrame(rows)
     tfs = df[df.system == "OPT_Wait"].set_index("model")["capacity_qps"]

@@ -289,7 +289,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
                 .reset_index(), "Figure 15: SLA-violation rate at high load")
     out = {"runs": runs, "fig12": fig12, "fig13": fig13, "fig14": fig14, "fig15": fig15, "headline": summary}
     if not args.no_capacity:
-        caps = capacities(models, scales, stack, args.whole_stages, quick, args.seed)
+        caps = capacities(models, scales, stack, args.whole_stages, quick, args.seed, args.workers)
         common.save(caps, args.out, "lazyb_capacity.csv")
         common.show(caps, f"Capacity (p99 <= SLA {SLA_PAPER:g} x k ms), stack {stack}")
         out["capacity"] = caps
@@ -297,34 +297,44 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     return out
 
 
-def capacities(models, scales, stack: str, whole_stages: int, quick: bool, seed: int) -> pd.DataFrame:
-    """Every policy's capacity under the Figures 12-14 SLA (p99 <= SLA_PAPER x k): see the module docstring."""
+def capacity_row(job: tuple, progress=None) -> dict:
+    """One policy's capacity and sustained capacity (a job of :func:`capacities`)."""
     from dvasim.studies.capacity import capacity, sustained_capacity
 
-    rows = []
+    model, k, stages, label, pol, w, stack, whole_stages, quick, seed = job
+    st = run_stages({"label": label, "stages": stages, "whole_stages": whole_stages})
+    cfg = {"model": {"name": model, "device": DEVICE, "stages": st}, "policy": pol,
+           "workload": {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1000, "seed": seed, **MODELS[model][3]},
+           "qos": {"target_ms": SLA_PAPER * k}, "server": {"stack": stack}}
+    kw = dict(resolution=0.1, min_queries=300, max_queries=1200, min_duration_s=0.5) if quick else {}
+    t0 = time.perf_counter()
+    res = capacity(cfg, SLA_PAPER * k, percentile=99.0, workers=1, **kw)
+    top = res["capacity_qps"]
+    sustained, first_fail = sustained_capacity(cfg, SLA_PAPER * k, top, steps=4 if quick else 12,
+                                               n_queries=500 if quick else 2000, workers=1, **kw)
+    return {"model": model, "paper_model": MODELS[model][0], "stack": res.get("stack", stack), "policy": label,
+            "window_ms_paper": w, "stages": st, "slo_ms": SLA_PAPER * k, "capacity_qps": top,
+            "capacity_searched_qps": res["capacity_searched_qps"], "sustained_qps": sustained,
+            "first_fail_qps": first_fail, "sustained_paper_qps": sustained * k,
+            "top_exceeded": res.get("top_exceeded"), "probes": len(res.get("probes", [])),
+            "wall_s": time.perf_counter() - t0}
+
+
+def capacities(models, scales, stack: str, whole_stages: int, quick: bool, seed: int,
+               workers: int = 1) -> pd.DataFrame:
+    """Every policy's capacity under the Figures 12-14 SLA (p99 <= SLA_PAPER x k): see the module docstring. The
+    searches are independent: they run on ``workers`` processes (:func:`dvasim.studies.parallel.map_jobs`; the
+    result does not depend on them)."""
+    from dvasim.studies.parallel import map_jobs
+
+    jobs = []
     for model in models:
         k, stages = scales[model]["k"], scales[model]["stages"]
         for label, pol, w in policies(k):
             if quick and label not in ("GraphB(5)", "LazyB"):
                 continue  # a smoke test: the best GraphB's usual window and LazyB
-            job = {"label": label, "stages": stages, "whole_stages": whole_stages}
-            st = run_stages(job)
-            cfg = {"model": {"name": model, "device": DEVICE, "stages": st}, "policy": pol,
-                   "workload": {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1000, "seed": seed,
-                                **MODELS[model][3]},
-                   "qos": {"target_ms": SLA_PAPER * k}, "server": {"stack": stack}}
-            kw = dict(resolution=0.1, min_queries=300, max_queries=1200, min_duration_s=0.5) if quick else {}
-            t0 = time.perf_counter()
-            res = capacity(cfg, SLA_PAPER * k, percentile=99.0, **kw)
-            top = res["capacity_qps"]
-            sustained, first_fail = sustained_capacity(cfg, SLA_PAPER * k, top, steps=4 if quick else 12,
-                                                       n_queries=500 if quick else 2000, **kw)
-            rows.append({"model": model, "paper_model": MODELS[model][0], "stack": res.get("stack", stack),
-                         "policy": label, "window_ms_paper": w, "stages": st, "slo_ms": SLA_PAPER * k,
-                         "capacity_qps": top, "sustained_qps": sustained, "first_fail_qps": first_fail,
-                         "sustained_paper_qps": sustained * k,
-                         "top_exceeded": res.get("top_exceeded"), "probes": len(res.get("probes", [])),
-                         "wall_s": time.perf_counter() - t0})
+            jobs.append((model, k, stages, label, pol, w, stack, whole_stages, quick, seed))
+    rows = map_jobs(capacity_row, jobs, workers=workers)
     df = pd.DataFrame(rows)
     for col in ("capacity_qps", "sustained_qps"):
         best = {m: g[g.policy.str.startswith("GraphB")][col].max() for m, g in df.groupby("model")}

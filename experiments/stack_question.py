@@ -15,7 +15,9 @@ given as ``engine=``: its own host model, the stack ``custom``), and for ZeroBat
   on a ladder of rates below its capacity (``0.8^j`` of it, ``j`` = 12 .. 1; 2,000 queries each, pass = at most 1%
   slower than 50 ms), and where a rung fails the capacity is searched again between the rung below and the failing
   one. ``sustained_qps`` is the highest rate up to which every probed rate passes;
-* ``gpus_searched = ceil(5000 / sustained_qps)`` (independent GPUs, each given an equal Poisson share);
+* ``gpus_searched = ceil(5000 / sustained_qps)`` (independent GPUs, each given an equal Poisson share; these
+  searches run without ``capacity``'s own long-run confirmation, ``confirm_factor = 0``: the count they start is
+  confirmed by long runs below);
 * ``gpus``: the smallest count whose share holds in long runs, from ``gpus_searched`` (as ``dvasim plan`` confirms:
   up while a count fails, then down while the one below holds; :func:`gpu_count`). A count holds when one GPU at
   ``5000 / count`` queries/s (another seed) is ``stable`` for one probe's length (60 s of arrivals), from empty and
@@ -82,7 +84,8 @@ def one_gpu(policy: dict, stages: int, server: str, quick: bool, seed: int) -> d
     """One GPU's capacity and sustained capacity under the SLO (see the module docstring)."""
     stack, engine = SERVERS[server]
     cfg = config(policy, stages, seed)
-    kw = dict(QUICK) if quick else {}
+    # the searches only start the GPU count, which gpu_count confirms with its own long runs: no confirmation here
+    kw = {**(QUICK if quick else {}), "confirm_factor": 0}
     t0 = time.perf_counter()
     res = capacity(cfg, SLO_MS, percentile=99.0, stack=stack, engine=engine, hi=TOP_FACTOR * TARGET_QPS,
                    max_doublings=0, workers=1, **kw)
@@ -101,7 +104,7 @@ def tune_delay(stages: int, server: str, quick: bool, seed: int) -> tuple[float,
     if quick:
         windows = windows[1:2]
     stack, engine = SERVERS[server]
-    kw = dict(QUICK) if quick else dict(min_duration_s=TUNE_PROBE_S, trigger="none")
+    kw = {**(QUICK if quick else dict(min_duration_s=TUNE_PROBE_S, trigger="none")), "confirm_factor": 0}
     rows = []
     for w in windows:
         res = capacity(config({"name": "delaybatch", "max_queue_delay_ms": w}, stages, seed), SLO_MS,

@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 
 def add_probe_arguments(p) -> None:
     """The probes' rules (:data:`dvasim.studies.capacity.OPTIONS`), as ``capacity`` and ``plan`` take them."""
-    from dvasim.studies.capacity import MIN_DURATION_S
+    from dvasim.studies.capacity import CONFIRM_FACTOR, MIN_DURATION_S
 
     p.add_argument("--confidence", type=float, default=0.99,
                    help="confidence of each probe's verdict (0.99: LoadGen's early stopping)")
@@ -62,6 +62,9 @@ def add_probe_arguments(p) -> None:
                         "(default backlog)")
     p.add_argument("--trigger-slos", type=float, default=1.0,
                    help="the backlog in SLOs of arrivals at the probed rate (default 1)")
+    p.add_argument("--confirm-factor", type=int, default=CONFIRM_FACTOR,
+                   help=f"confirm the answer with runs this many times a probe long, stepping down while they fail "
+                        f"(default {CONFIRM_FACTOR}: 600 s runs for 60 s probes, LoadGen's Server rule; 0: none)")
     p.add_argument("--workers", type=int, default=None,
                    help="processes for independent searches (seeds, policies): default one per core")
     p.add_argument("--dask", default=None, metavar="tcp://HOST:PORT",
@@ -71,7 +74,8 @@ def add_probe_arguments(p) -> None:
 def probe_kwargs(args) -> dict:
     """The probes' rules from the parsed flags (:func:`add_probe_arguments`)."""
     return dict(confidence=args.confidence, min_duration_s=args.min_duration_s, max_queries=args.max_queries,
-                trigger=args.trigger, trigger_slos=args.trigger_slos, workers=args.workers, dask=args.dask)
+                trigger=args.trigger, trigger_slos=args.trigger_slos, confirm_factor=args.confirm_factor,
+                workers=args.workers, dask=args.dask)
 
 
 def show_probe(p: dict) -> None:
@@ -80,6 +84,7 @@ def show_probe(p: dict) -> None:
     it."""
     who = (f"{p['policy']} " if "policy" in p else "") + (f"seed {p['search_seed']} " if "search_seed" in p else "")
     who += f"{p['replicas']} replicas " if "replicas" in p else ""
+    who += "long run " if p.get("confirmation") else ""
     print(f"  {who}{p['rate_qps']:10.2f} qps  n={p['n_queries']:<7} ({p.get('duration_s', math.nan):.3g} s) slow "
           f"{p['slow_fraction']:.4f}  {p.get('verdict', 'stable' if p['within_slo'] else 'over-SLO'):<10} "
           f"({p['decided_by']})", flush=True)
@@ -105,6 +110,8 @@ def cmd_capacity(args) -> int:
           f"{args.slo_ms:g} ms (resolution {res['resolution'] if res['resolution'] is not None else float('nan'):.1%}"
           f", {res['n_probes']} probes); {Path(args.out)}/capacity.json")
     print(f"  rules: {rules_text(res['rules'])}")
+    if res.get("confirmation"):
+        print(f"  {confirmation_text(res)}")
     if res.get("n_metastable"):
         print(f"  metastable: {res['n_metastable']} probed rate(s) held from an empty queue but not after a backlog "
               f"(their probes say which)")
@@ -113,26 +120,47 @@ def cmd_capacity(args) -> int:
     return 0
 
 
+def confirmation_text(res: dict) -> str:
+    """The long runs' word on a capacity: held at the searches' answer, or overturned it (the rate they held)."""
+    c = res["confirmation"]
+    n = len(c["seeds"])
+    runs = f"{n} run{'s' if n > 1 else ''} {c['factor']}x a probe long"
+    if not c["overturned"]:
+        return f"confirmed: {runs} at {c['searched_qps']:.2f} qps held"
+    if c["confirmed_qps"] <= 0:
+        return f"overturned: the searches said {c['searched_qps']:.2f} qps; {c['note']}"
+    return (f"overturned: the searches said {c['searched_qps']:.2f} qps, where {runs} failed; they hold from "
+            f"{c['confirmed_qps']:.2f} qps ({len(c['runs'])} long runs)")
+
+
 def rules_text(rules: dict) -> str:
     """The probes' rules in words: which decided every verdict."""
     trig = ("no trigger test" if rules["trigger"] == "none" else
             f"every accepted rate tested from a backlog of {rules['trigger_slos']:g} SLO of arrivals (no recovery: "
             f"metastable)")
     most = "8x its first" if rules["max_queries"] is None else f"{rules['max_queries']:,}"
+    k = rules.get("confirm_factor", 0)
+    conf = ("; the answer not confirmed by long runs" if not k else
+            f"; the answer confirmed by runs {k}x a probe long ({k * rules['min_duration_s']:g} s), stepping down "
+            f"while they fail")
     return (f"each probe >= {rules['min_duration_s']:g} s of arrivals and >= {rules['min_queries']:,} queries, "
-            f"decided by LoadGen's early-stopping bound at {rules['confidence']:g} (doubling up to {most}); {trig}")
+            f"decided by LoadGen's early-stopping bound at {rules['confidence']:g} (doubling up to {most}); {trig}"
+            f"{conf}")
 
 
 def _capacity_text(res: dict) -> str:
     """``412.30 qps`` for one search; ``412.3 [405.1, 419.6] qps (mean of 5 seeds, 95% t interval; per seed:
     ...)`` for several."""
+    c = res.get("confirmation") or {}
+    moved = f" (held by long runs; the searches said {c['searched_qps']:.2f})" if c.get("overturned") else ""
     if len(res["capacity_by_seed"]) == 1:
-        return f"{res['capacity_qps']:.2f} qps"
+        return f"{res['capacity_qps']:.2f} qps{moved}"
     from dvasim.reporting.intervals import Interval
 
     iv = Interval(**res["capacity_interval"])
     per = ", ".join(f"{c:.2f}" for c in res["capacity_by_seed"])
-    return f"{iv} qps (mean of {iv.n} seeds, {iv.confidence:.0%} t interval; per seed: {per})"
+    scaled, searched = (", scaled to the long runs", " searched") if moved else ("", "")
+    return f"{iv} qps{moved} (mean of {iv.n} seeds, {iv.confidence:.0%} t interval{scaled}; per seed{searched}: {per})"
 
 
 def _write(res: dict, out: Path) -> None:

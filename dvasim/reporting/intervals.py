@@ -288,6 +288,26 @@ def against_best(values: dict[str, Interval], *, higher_is_better: bool = True, 
     return {"best": best, "rows": rows, "ranking": ranking}
 
 
+BATCHES = 30  # consecutive batches of a probe's queries for the late share's variance (batch means)
+
+
+def inflation(late: np.ndarray, batches: int = BATCHES) -> float:
+    """How much more the late share of a run varies than independent queries' would: the variance of the late
+    share over ``batches`` consecutive batches of queries (batch means), over the binomial variance ``p (1 - p) /
+    m`` of a batch of ``m``; at least 1. Successive latencies in a queue are correlated (late queries come in
+    busy periods), so ``k`` late of ``n`` carry the evidence of ``k / f`` of ``n / f`` independent ones: the probe's
+    bounds use those (LoadGen's early stopping assumes independent queries and makes up for it with 600 s runs;
+    a 10 s probe cannot). With no late query, or all, there is no variance to measure: 1."""
+    n = late.size
+    k = int(np.count_nonzero(late))
+    if k == 0 or k == n or n < 2 * batches:
+        return 1.0
+    m = n // batches
+    shares = late[:m * batches].reshape(batches, m).mean(axis=1)
+    p = k / n
+    return max(1.0, float(shares.var(ddof=1)) * m / (p * (1.0 - p)))
+
+
 def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
     """One-sided bounds ``(lower, upper)`` on a binomial fraction after ``k`` successes in ``n`` trials: each
     holds with probability ``confidence``."""

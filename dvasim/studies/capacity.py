@@ -33,12 +33,23 @@ Server-scenario rules (mlcommons/inference b66003e):
   (Bronson et al., HotOS '21; Huang et al., OSDI '22: a system that serves a load only when it starts empty is not
   serving it.)
 
+**Confirmation** (``confirm_factor``, default :data:`CONFIRM_FACTOR` = 10; issue 34: an answer must hold in a run
+ten times longer): the searches' answer is probed again ``confirm_factor`` times a probe's length (600 s for the
+default 60 s probes: LoadGen's Server rule itself), one long run per search with fresh seeds, each decided by the
+same rules without doubling (undecided at its length, the estimate decides) and with its trigger test a probe
+long. It holds when every long run is ``stable``; while it fails the rate steps down in growing steps and the
+bracket is bisected to ``resolution`` (:func:`step_down`), as ``dvasim plan`` steps its counts. The capacity is the
+highest rate whose long runs held; ``capacity_searched_qps`` keeps the searches' answer and ``confirmation`` every
+long run. On issue 34's Titan RTX case with 2 s probes the searches say ~875 qps and the long runs ~770.
+``confirm_factor = 0`` is the search alone.
+
 Each probe's record says its ``verdict`` (:data:`dvasim.reporting.verdict.VERDICTS`) and ``decided_by``, the rule
 that decided it; the result's ``rules`` say the rules every probe ran under. Issue 34 chose the defaults so that
 no answer of the issue's cases flips in a run ten times longer (``experiments/long_run_check.py``); the old rule
 (1,000 queries doubling to 64,000 at 95%, no duration, no trigger) accepted rates that collapse later.
 
-:func:`capacity` returns a dict (also written to ``capacity.json`` by ``dvasim capacity``): ``capacity_qps``, the
+:func:`capacity` returns a dict (also written to ``capacity.json`` by ``dvasim capacity``): ``capacity_qps`` (the
+confirmed capacity), ``capacity_searched_qps``, ``confirmation``, the
 bracket, the resolution reached, ``top_exceeded``, the serving ``stack`` the probes ran on and every probe.
 ``stack`` (a stack's name, :mod:`dvasim.server`) and ``engine`` (an engine file from ``dvasim fit``) apply to every
 probe, as ``dvasim run --stack / --engine`` does; the engine file is merged before ``overrides``.
@@ -78,7 +89,7 @@ import numpy as np
 
 from dvasim import config as cfgmod
 from dvasim.errors import ConfigError, IncompleteRunWarning
-from dvasim.reporting.intervals import Interval, against_best, clopper_pearson, over_seeds
+from dvasim.reporting.intervals import Interval, against_best, clopper_pearson, inflation, over_seeds
 from dvasim.reporting.verdict import default_backlog, percentile_ms, recovery
 from dvasim.schema import Key, Section
 from dvasim.workload.arrivals import MAX_QUERIES
@@ -98,6 +109,8 @@ LOADGEN_MIN_QUERY_COUNT = 100  # LoadGen's default min_query_count (loadgen/test
 PROBE_DOUBLINGS = 3  # an undecided probe doubles its queries at most this often by default (8 x its first)
 QUICK_LOOK = 2000  # queries a probe runs first, to fail an overloaded rate without its full length (its prefix)
 INTERVAL_CONFIDENCE = 0.95  # of the interval over seeds (each probe's verdict has its own ``confidence``)
+CONFIRM_FACTOR = 10  # an answer's long run: this many times a probe's length (60 s probes: LoadGen's 600 s Server
+# rule, loadgen/mlperf.conf:85); issue 34: an answer must hold in a run 10x longer
 
 OPTIONS = Section("capacity", "the capacity search's settings (dvasim capacity's flags; a sweep's [capacity])", (
     Key("slo_ms", "number", "the latency objective (ms); required", minimum=0, strict=True),
@@ -118,6 +131,9 @@ OPTIONS = Section("capacity", "the capacity search's settings (dvasim capacity's
         choices=("backlog", "none")),
     Key("trigger_slos", "number", "the trigger's backlog, in SLOs of arrivals at the probed rate", default=1.0,
         minimum=0, strict=True, maximum=1000),
+    Key("confirm_factor", "int", "the answer's confirmation: run it this many times a probe's length (with fresh "
+        "seeds), stepping down while it fails (10: 600 s for 60 s probes, LoadGen's Server rule; 0: none)",
+        default=CONFIRM_FACTOR, minimum=0, maximum=100),
     Key("max_doublings", "int", "most doublings of the bracket's top", default=8, minimum=0, maximum=MAX_DOUBLINGS),
     Key("lo", "number", "bottom of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
     Key("hi", "number", "top of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
@@ -126,26 +142,6 @@ OPTIONS = Section("capacity", "the capacity search's settings (dvasim capacity's
     Key("workers", "int", "processes running independent searches at once (default: one per core, at most the "
         "searches)", minimum=1, maximum=256),
 ))
-
-
-BATCHES = 30  # consecutive batches of a probe's queries for the late share's variance (batch means)
-
-
-def inflation(late: np.ndarray, batches: int = BATCHES) -> float:
-    """How much more the late share of a run varies than independent queries' would: the variance of the late
-    share over ``batches`` consecutive batches of queries (batch means), over the binomial variance ``p (1 - p) /
-    m`` of a batch of ``m``; at least 1. Successive latencies in a queue are correlated (late queries come in
-    busy periods), so ``k`` late of ``n`` carry the evidence of ``k / f`` of ``n / f`` independent ones: the probe's
-    bounds use those (LoadGen's early stopping assumes independent queries and makes up for it with 600 s runs;
-    a 10 s probe cannot). With no late query, or all, there is no variance to measure: 1."""
-    n = late.size
-    k = int(np.count_nonzero(late))
-    if k == 0 or k == n or n < 2 * batches:
-        return 1.0
-    m = n // batches
-    shares = late[:m * batches].reshape(batches, m).mean(axis=1)
-    p = k / n
-    return max(1.0, float(shares.var(ddof=1)) * m / (p * (1.0 - p)))
 
 
 def min_queries_to_pass(percentile: float, confidence: float) -> int:
@@ -164,16 +160,16 @@ def capacity(config, slo_ms: float, *, percentile: float = 99.0, overrides: list
              confidence: float = 0.99, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
              min_queries: int | None = None, max_queries: int | None = None, max_doublings: int = 8,
              min_duration_s: float = MIN_DURATION_S, trigger: str = "backlog", trigger_slos: float = 1.0,
-             progress=None, stack: str | None = None, engine=None, seeds: int = 1,
-             workers: int | None = None, dask=None) -> dict[str, Any]:
+             confirm_factor: int = CONFIRM_FACTOR, progress=None, stack: str | None = None, engine=None,
+             seeds: int = 1, workers: int | None = None, dask=None) -> dict[str, Any]:
     """The capacity of ``config`` under the SLO (see the module docstring). ``progress``: a callable given each
     probe as it is decided. ``stack``: the serving stack by name; ``engine``: an engine file (``dvasim fit``).
     ``seeds``: independent searches (:func:`search_seeds`), their mean the capacity, with its t interval."""
     plan = prepare(config, slo_ms, percentile=percentile, overrides=overrides, confidence=confidence,
                    resolution=resolution, lo=lo, hi=hi, min_queries=min_queries, max_queries=max_queries,
                    max_doublings=max_doublings, min_duration_s=min_duration_s, trigger=trigger,
-                   trigger_slos=trigger_slos, stack=stack, engine=engine, seeds=seeds, workers=workers,
-                   dask=dask)
+                   trigger_slos=trigger_slos, confirm_factor=confirm_factor, stack=stack, engine=engine,
+                   seeds=seeds, workers=workers, dask=dask)
     return search(plan, progress)
 
 
@@ -181,8 +177,8 @@ def prepare(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[
             confidence: float = 0.99, resolution: float = 0.02, lo: float | None = None, hi: float | None = None,
             min_queries: int | None = None, max_queries: int | None = None, max_doublings: int = 8,
             min_duration_s: float = MIN_DURATION_S, trigger: str = "backlog", trigger_slos: float = 1.0,
-            stack: str | None = None, engine=None, seeds: int = 1, workers: int | None = None,
-            dask=None) -> dict[str, Any]:
+            confirm_factor: int = CONFIRM_FACTOR, stack: str | None = None, engine=None, seeds: int = 1,
+            workers: int | None = None, dask=None) -> dict[str, Any]:
     """Everything :func:`capacity` checks before its first probe, done: the settings, the config as a probe would
     run it and the seeds of its searches; returns the plan :func:`search` runs."""
     from dvasim.api import load_profile
@@ -191,7 +187,7 @@ def prepare(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[
                         "resolution": resolution, "min_queries": min_queries, "max_queries": max_queries,
                         "max_doublings": max_doublings, "lo": lo, "hi": hi, "seeds": seeds,
                         "min_duration_s": min_duration_s, "trigger": trigger, "trigger_slos": trigger_slos,
-                        "workers": workers}, stack=stack)
+                        "confirm_factor": confirm_factor, "workers": workers}, stack=stack)
     raw = _rate_config(config, overrides, engine)
     cfg = cfgmod.resolve(raw)
     profile = load_profile(cfg["model"])
@@ -203,12 +199,14 @@ def prepare(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[
         raise ConfigError("--lo", f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}"
                                   + (" (the default: twice the table's throughput bound)" if default_hi else ""))
     check_probe_config(raw, stack, lo, n0, max_queries)
+    seed0 = raw.get("workload", {}).get("seed", 0)
     return {"raw": raw, "slo_ms": slo_ms, "percentile": percentile, "confidence": confidence,
             "resolution": resolution, "n0": n0, "max_queries": max_queries, "max_doublings": max_doublings,
             "lo": lo, "hi": hi, "bound": bound, "stack": stack, "workers": workers, "dask": dask,
             "rules": {"min_duration_s": float(min_duration_s), "min_queries": n0, "max_queries": max_queries,
-                      "confidence": confidence, "trigger": trigger, "trigger_slos": float(trigger_slos)},
-            "seeds": search_seeds(raw.get("workload", {}).get("seed", 0), int(seeds), n0, max_queries)}
+                      "confidence": confidence, "trigger": trigger, "trigger_slos": float(trigger_slos),
+                      "confirm_factor": int(confirm_factor)},
+            "seeds": search_seeds(seed0, int(seeds), n0, max_queries), "confirm_seeds": confirm_seeds(seed0, int(seeds), n0, max_queries) if confirm_factor else []}
 
 
 def search(plan: dict[str, Any], progress=None) -> dict[str, Any]:
@@ -226,8 +224,91 @@ def search(plan: dict[str, Any], progress=None) -> dict[str, Any]:
         res = results[0]
         res.update(seeds=list(plan["seeds"]), capacity_by_seed=[res["capacity_qps"]],
                    capacity_interval=over_seeds([res["capacity_qps"]]).as_dict())
+    else:
+        res = _combined(results, plan["seeds"])
+    return confirmed(plan, res, progress)
+
+
+def confirmed(plan: dict[str, Any], res: dict[str, Any], progress=None) -> dict[str, Any]:
+    """The searches' answer ``res`` confirmed by long runs (issue 34: an answer must hold in a run ten times
+    longer; ``dvasim plan`` confirms its counts the same way): the answer is probed again ``confirm_factor`` times
+    a probe's length (60 s probes: 600 s, LoadGen's Server rule), once per search with fresh seeds
+    (``plan["confirm_seeds"]``), and holds when every one is ``stable`` (:class:`Probe` with ``long_factor``: the
+    same verdict rules, no doubling, its trigger test a probe's length). While it fails the rate steps down
+    (:func:`step_down`), and the capacity is the highest rate whose long runs held. ``res`` gains
+    ``capacity_searched_qps`` (the searches' answer), ``confirmation`` (every long run) and, when the long runs
+    overturned the searches, ``capacity_qps`` becomes the confirmed rate and ``capacity_interval`` the searches'
+    interval scaled to it (``capacity_searched_interval`` keeps theirs)."""
+    factor = int(plan["rules"].get("confirm_factor", 0))
+    res["capacity_searched_qps"] = res["capacity_qps"]
+    if not factor or res["capacity_qps"] <= 0:
+        res["confirmation"] = None
         return res
-    return _combined(results, plan["seeds"])
+    from dvasim.studies.parallel import map_jobs
+
+    portable = {k: v for k, v in plan.items() if k != "dask"}
+    runs: list[dict[str, Any]] = []
+
+    def holds(rate: float) -> bool:
+        jobs = [(portable, s, rate) for s in plan["confirm_seeds"]]
+        recs = map_jobs(_long_probe, jobs, workers=plan.get("workers"), dask=plan.get("dask"), progress=progress,
+                        records=lambda r: [r])
+        runs.extend(recs)
+        return all(r["within_slo"] for r in recs)
+
+    searched = res["capacity_qps"]
+    cap, note = step_down(holds, searched, plan["lo"], plan["resolution"])
+    res["confirmation"] = {"factor": factor, "seeds": list(plan["confirm_seeds"]), "searched_qps": searched,
+                           "confirmed_qps": cap, "overturned": cap != searched, "runs": runs, "note": note}
+    if cap != searched:
+        iv = Interval(**res["capacity_interval"])
+        res["capacity_searched_interval"] = iv.as_dict()
+        k = cap / searched
+        res["capacity_qps"] = cap
+        res["capacity_interval"] = Interval(cap, iv.lo * k, iv.hi * k, iv.n, iv.confidence,
+                                            iv.method + ", scaled to the long runs' capacity").as_dict()
+        res["note"] = "; ".join(x for x in (res["note"], note or f"the searches answered {searched:.4g} qps; runs "
+                                            f"{factor}x a probe long hold from {cap:.4g} qps") if x)
+    return res
+
+
+def _long_probe(job: tuple[dict[str, Any], Any, float], progress=None) -> dict[str, Any]:
+    """One long run of a confirmation (a job of :func:`confirmed`): the record of a :class:`Probe` with
+    ``long_factor`` at ``rate`` from workload seed ``s``."""
+    plan, s, rate = job
+    raw = copy.deepcopy(plan["raw"])
+    raw["workload"]["seed"] = s
+    probe = make_probe(raw, plan, progress=progress, tag={"confirmation": True, "search_seed": s},
+                       long_factor=plan["rules"]["confirm_factor"])
+    probe(rate)
+    return probe.probes[-1]
+
+
+def step_down(holds, rate: float, floor: float, resolution: float) -> tuple[float, str]:
+    """The highest rate at or below ``rate`` that ``holds`` (a long run's verdict), assuming lower rates hold when
+    a higher one does: ``rate`` itself when it holds; else the rate steps down in growing steps (``rate / (1 +
+    resolution) ** 2**k``, ``k = 0, 1, ...``) until one holds, and the bracket between it and the last that failed
+    is bisected (in log scale) to ``resolution``, as the search does. The lowest rate tried is ``floor``; when
+    that fails too: 0 and a note."""
+    if holds(rate):
+        return rate, ""
+    hi, k = rate, 0
+    while True:
+        lo = max(rate / (1.0 + resolution) ** (2 ** k), floor)
+        if holds(lo):
+            break
+        if lo <= floor or k >= MAX_DOUBLINGS:
+            return 0.0, f"no rate down to {lo:g} qps held a long run"
+        hi, k = lo, k + 1
+    for _ in range(MAX_BISECTIONS):
+        if hi / lo - 1.0 <= resolution:
+            break
+        mid = math.sqrt(lo * hi)
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, ""
 
 
 def _one_search(job: tuple[dict[str, Any], Any, bool], progress=None) -> dict[str, Any]:
@@ -272,6 +353,18 @@ def search_seeds(seed0, k: int, n0: int, max_queries: int) -> list:
                                      f"search), beyond 2**63 - 1; give fewer seeds or a workload.seed of at most "
                                      f"{MAX_SEED - k * a + 1}")
     return [seed0 + i * a for i in range(k)]
+
+
+def confirm_seeds(seed0, k: int, n0: int, max_queries: int | None) -> list:
+    """The workload seeds of the long runs confirming ``k`` searches from ``seed0``: fresh ones, never a search's
+    (a long run never doubles, so each takes one): the ``k`` after the searches' seeds, or, where those would pass
+    2**63 - 1, the ``k`` before ``seed0``. A trace's runs do not depend on the seed."""
+    from dvasim.workload.config import MAX_SEED
+
+    if not isinstance(seed0, int) or isinstance(seed0, bool):
+        return [seed0] * k
+    after = seed0 + k * (1 + probe_doublings(n0, max_queries))
+    return list(range(after, after + k)) if after + k - 1 <= MAX_SEED else list(range(seed0 - k, seed0))
 
 
 def probe_doublings(n0: int, max_queries: int | None) -> int:
@@ -473,11 +566,13 @@ class Probe:
 
     def __init__(self, raw: dict[str, Any], slo_ms: float, percentile: float, confidence: float, n0: int,
                  max_queries: int | None, *, stack: str | None = None, progress=None, tag: dict[str, Any] | None = None,
-                 min_duration_s: float = MIN_DURATION_S, trigger: str = "backlog", trigger_slos: float = 1.0):
+                 min_duration_s: float = MIN_DURATION_S, trigger: str = "backlog", trigger_slos: float = 1.0,
+                 long_factor: int = 1):
         self.raw, self.slo_ms, self.percentile, self.confidence = raw, slo_ms, percentile, confidence
         self.tag = dict(tag or {})  # added to every probe's record (several searches: the search's seed)
         self.n0, self.max_queries, self.stack, self.progress = n0, max_queries, stack, progress
         self.min_duration_s, self.trigger, self.trigger_slos = float(min_duration_s), trigger, float(trigger_slos)
+        self.long_factor = int(long_factor)  # > 1: a confirmation's long run (no doubling, a probe-long trigger)
         self.allowed = 1.0 - percentile / 100.0
         self.seed0 = int(raw.get("workload", {}).get("seed", 0))
         self.probes: list[dict[str, Any]] = []
@@ -486,10 +581,18 @@ class Probe:
     def first_queries(self, rate: float) -> int:
         """A probe's first query count at ``rate``: LoadGen's two minimums, the duration (``rate x
         min_duration_s``) and the count (``n0``: at least the fewest that can pass)."""
+        return min(self.long_factor * self.short_queries(rate), MAX_QUERIES)
+
+    def short_queries(self, rate: float) -> int:
+        """A probe's first query count at ``rate`` were it not a long run: a long run's trigger test runs this
+        many after the backlog (a recovery shows within a probe)."""
         return min(max(int(self.n0), math.ceil(float(rate) * self.min_duration_s)), MAX_QUERIES)
 
     def most_queries(self, first: int) -> int:
-        """The most queries a probe doubles up to from ``first``: ``max_queries``, or ``8 x first``."""
+        """The most queries a probe doubles up to from ``first``: ``max_queries``, or ``8 x first``; a long run
+        never doubles (undecided at its length, its estimate decides, as LoadGen's 600 s run does)."""
+        if self.long_factor > 1:
+            return first
         top = first * 2 ** PROBE_DOUBLINGS if self.max_queries is None else max(first, int(self.max_queries))
         return min(top, MAX_QUERIES)
 
@@ -546,6 +649,8 @@ class Probe:
         """The accepted probe again with a backlog of ``trigger_slos`` SLOs of arrivals at ``rate``
         (:func:`dvasim.reporting.verdict.default_backlog`): did it recover (:func:`~dvasim.reporting.verdict.recovery`)?"""
         backlog = default_backlog(rate, self.slo_ms, self.trigger_slos)
+        if self.long_factor > 1:
+            n = self.short_queries(rate)
         res = self._run(rate, n, attempt, backlog=backlog)
         q = res.queries
         return recovery(q["arrival_ms"].to_numpy(), q["finish_ms"].to_numpy(), backlog, self.slo_ms,

@@ -285,11 +285,11 @@ def peak_by_capacity(model: str, policy: dict[str, Any], *, seed: int = 0, refin
 def capacity_of(cfg: dict[str, Any], qos_ms: float = QOS_MS, *, full: bool = True) -> tuple[float, tuple[float, float]]:
     """``cfg``'s capacity under a p99 of ``qos_ms`` (:func:`dvasim.studies.capacity.capacity` on ``cfg``'s workload kind):
     ``(capacity_qps, bracket)``, the bracket's top ``inf`` when never exceeded. ``full``: 2% resolution and the
-    search's default probes (60 s of arrivals, a backlog trigger); else 5%, probes of 2 s and at most 8,000
-    queries (less effort, a less trustworthy answer)."""
+    search's default probes (60 s of arrivals, a backlog trigger) and its long-run confirmation (600 s); else 5%,
+    probes of 2 s and at most 8,000 queries, no confirmation (less effort, a less trustworthy answer)."""
     from dvasim.studies.capacity import capacity
 
-    quick = {} if full else {"max_queries": 8_000, "min_duration_s": 2.0}  # less effort: shorter probes
+    quick = {} if full else {"max_queries": 8_000, "min_duration_s": 2.0, "confirm_factor": 0}  # less effort
     res = capacity(cfg, qos_ms, resolution=0.02 if full else 0.05, **quick)
     lo, hi = res["bracket_qps"]
     return res["capacity_qps"], (lo, hi if hi is not None else math.inf)

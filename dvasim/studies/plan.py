@@ -4,7 +4,8 @@ and what ``N`` replicas hold.
 :func:`plan` answers, for each policy asked (each on the run's serving stack, named in the answer):
 
 1. **One replica's capacity** (:func:`dvasim.studies.capacity.capacity`: the highest rate whose
-   ``percentile``-th latency meets ``slo_ms`` with confidence), over ``seeds`` independent searches.
+   ``percentile``-th latency meets ``slo_ms`` with confidence, confirmed by its long runs), over ``seeds``
+   independent searches.
 2. **The fewest replicas.** From the estimate ``ceil(qps / capacity)`` the replica count is searched with
    *probes of the cluster itself* at ``qps`` behind the router (a load-aware router can need fewer replicas than
    the estimate: it pools the replicas' queues; round robin and random need about as many): down while the
@@ -14,8 +15,11 @@ and what ``N`` replicas hold.
    its steady state. The search assumes that more replicas never serve worse (true of these routers).
    With several seeds each seed searches on its own; the answer is the largest count (it met the SLO under every
    seed), with the counts' interval.
-3. **The confirmation**: a run at the answer's count, ``qps`` and the last seed, whose summary must be stable and
-   meet the SLO (``confirmed``; its percentile latency, throughput and the replicas' utilisation are reported).
+3. **The confirmation**: runs ``confirm_factor`` times a probe's length (default
+   :data:`dvasim.studies.capacity.CONFIRM_FACTOR`, 10: 600 s for 60 s probes, LoadGen's Server rule) at the
+   answer's count and ``qps``, one per seed (fresh seeds), each with its trigger test; a count holds when every one
+   is ``stable``. The count steps up while it fails, then down while the count below holds
+   (:func:`confirmed_count`); the answer is the confirmed count, with the count below's failing runs beside it.
 4. **The headroom**: the capacity of that many replicas behind the router (a capacity search of the cluster),
    as ``capacity / qps - 1``.
 
@@ -158,9 +162,6 @@ def fewest_replicas(probe: ClusterProbe, qps: float, estimate: int) -> tuple[int
     return hi, None
 
 
-CONFIRM_FACTOR = 10  # a confirmation runs this many times a probe's length (issue 34: answers must hold 10x longer)
-
-
 def confirm(raw: dict[str, Any], n: int, qps: float, router: str | None, queries: int, seed: int, slo_ms: float,
             percentile: float, stack: str | None, trigger: str = "backlog", trigger_slos: float = 1.0,
             trigger_queries: int | None = None) -> dict[str, Any]:
@@ -201,7 +202,8 @@ def confirm_count(raw: dict[str, Any], n: int, qps: float, router: str | None, q
     from dvasim.studies.parallel import map_jobs
 
     jobs = [(raw, n, qps, router, queries, s, slo_ms, settings["percentile"], settings["stack"],
-             settings["trigger"], settings["trigger_slos"], max(2, queries // CONFIRM_FACTOR)) for s in seeds]
+             settings["trigger"], settings["trigger_slos"], max(2, queries // settings["confirm_factor"]))
+            for s in seeds]
     runs = map_jobs(_confirm_job, jobs, workers=settings.get("workers"), dask=settings.get("dask"))
     return {"replicas": int(n), "holds": all(r["confirmed"] for r in runs), "runs": runs}
 
@@ -230,10 +232,11 @@ def confirmed_count(raw: dict[str, Any], answer: int, qps: float, router: str | 
 
 def _search_settings(percentile: float, confidence: float, resolution: float, max_queries: int | None, stack,
                      seeds: int, min_duration_s: float = capmod.MIN_DURATION_S, trigger: str = "backlog",
-                     trigger_slos: float = 1.0, workers: int | None = None, dask=None) -> dict[str, Any]:
+                     trigger_slos: float = 1.0, workers: int | None = None, dask=None,
+                     confirm_factor: int = capmod.CONFIRM_FACTOR) -> dict[str, Any]:
     return dict(percentile=percentile, confidence=confidence, resolution=resolution, max_queries=max_queries,
                 stack=stack, seeds=seeds, min_duration_s=min_duration_s, trigger=trigger, trigger_slos=trigger_slos,
-                workers=workers, dask=dask)
+                confirm_factor=confirm_factor, workers=workers, dask=dask)
 
 
 def cluster_capacity(raw: dict[str, Any], n: int, router: str | None, slo_ms: float, per_replica: int,
@@ -285,9 +288,9 @@ def plan_policy(raw: dict[str, Any], qps: float, slo_ms: float, *, router: str |
     fresh = capmod.search_seeds(seed0, 2 * len(one["seeds"]), one["n0"], one["max_queries"])[len(one["seeds"]):]
     sizing = capmod.make_probe(raw, one, cls=ClusterProbe, router=router, per_replica=per_replica)
 
-    def queries(n: int) -> int:  # CONFIRM_FACTOR x the first length of a probe of n replicas at qps
+    def queries(n: int) -> int:  # confirm_factor x the first length of a probe of n replicas at qps
         sizing.n0 = min(max(one["n0"], per_replica * n), MAX_QUERIES)
-        return min(CONFIRM_FACTOR * sizing.first_queries(qps), MAX_QUERIES)
+        return min(settings["confirm_factor"] * sizing.first_queries(qps), MAX_QUERIES)
 
     confirmed, confirmations = confirmed_count(raw, answer, qps, router, queries, fresh, slo_ms, settings)
     check = next(c for c in confirmations if c["replicas"] == confirmed)
@@ -305,7 +308,7 @@ def plan_policy(raw: dict[str, Any], qps: float, slo_ms: float, *, router: str |
            "single_replica_search": single, "probes": probes, "notes": notes}
     if confirmed != answer:
         out["notes"].append(f"the probes answered {answer} replica{'s' if answer != 1 else ''}; the long runs "
-                            f"({CONFIRM_FACTOR}x a probe) hold from {confirmed}")
+                            f"({settings['confirm_factor']}x a probe) hold from {confirmed}")
     if headroom:
         held = cluster_capacity(raw, confirmed, router, slo_ms, per_replica, settings)
         iv = Interval(**held["capacity_interval"])
@@ -320,7 +323,8 @@ def plan(config, qps: float, slo_ms: float, *, percentile: float = 99.0, policie
          stack: str | None = None, confidence: float = 0.99, resolution: float = 0.02,
          max_queries: int | None = None, per_replica_queries: int = PER_REPLICA_QUERIES, headroom: bool = True,
          min_duration_s: float = capmod.MIN_DURATION_S, trigger: str = "backlog", trigger_slos: float = 1.0,
-         workers: int | None = None, dask=None, progress=None) -> dict[str, Any]:
+         confirm_factor: int = capmod.CONFIRM_FACTOR, workers: int | None = None, dask=None,
+         progress=None) -> dict[str, Any]:
     """The fewest replicas serving ``qps`` within ``slo_ms`` at ``percentile``, per policy (module docstring).
     ``router``: over the config's ``[cluster] router``; ``policies``: names (each with its defaults, the config's
     own with its ``[policy]``), default the config's policy."""
@@ -328,8 +332,11 @@ def plan(config, qps: float, slo_ms: float, *, percentile: float = 99.0, policie
                              engine=engine, stack=stack, per_replica_queries=per_replica_queries,
                              max_queries=max_queries)
     settings = _search_settings(percentile, confidence, resolution, max_queries, stack, seeds, min_duration_s,
-                                trigger, trigger_slos, workers, dask)
+                                trigger, trigger_slos, workers, dask, confirm_factor)
     capmod.check_options({"slo_ms": slo_ms, **{k: v for k, v in settings.items() if k not in ("stack", "dask")}}, stack=stack)
+    if not confirm_factor:
+        raise ConfigError("--confirm-factor", "plan confirms its replica count with long runs: give 1..100 (10: "
+                                              "600 s runs for 60 s probes)")
     by_policy = {}
     for name in names:
         raw = _policy_raw(base, name)
@@ -373,14 +380,15 @@ def replicas_hold(config, replicas: int, slo_ms: float, *, percentile: float = 9
                   stack: str | None = None, confidence: float = 0.99, resolution: float = 0.02,
                   max_queries: int | None = None, per_replica_queries: int = PER_REPLICA_QUERIES,
                   policies: list[str] | None = None, min_duration_s: float = capmod.MIN_DURATION_S,
-                  trigger: str = "backlog", trigger_slos: float = 1.0, workers: int | None = None,
-                  dask=None, progress=None) -> dict[str, Any]:
+                  trigger: str = "backlog", trigger_slos: float = 1.0,
+                  confirm_factor: int = capmod.CONFIRM_FACTOR, workers: int | None = None, dask=None,
+                  progress=None) -> dict[str, Any]:
     """The inverse: the highest rate ``replicas`` replicas behind the router serve within the SLO, per policy."""
     base, names = check_plan(config, 1.0, slo_ms, policies=policies, router=router, overrides=overrides,
                              engine=engine, stack=stack, per_replica_queries=per_replica_queries,
                              max_queries=max_queries, replicas=replicas)
     settings = _search_settings(percentile, confidence, resolution, max_queries, stack, seeds, min_duration_s,
-                                trigger, trigger_slos, workers, dask)
+                                trigger, trigger_slos, workers, dask, confirm_factor)
     # the searches' settings checked before any run, as plan() checks them (issue 34: --percentile 100 divided by 0)
     capmod.check_options({"slo_ms": slo_ms, **{k: v for k, v in settings.items() if k not in ("stack", "dask")}}, stack=stack)
     by_policy = {}

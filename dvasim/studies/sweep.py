@@ -111,7 +111,7 @@ SWEEP_SEEDS = Section("sweep.seeds", "every point repeated with these workload s
 SWEEP_CAPACITY = Section("sweep.capacity", "each point a capacity search (dvasim capacity) instead of one run",
                          tuple(CAPACITY_OPTIONS[k] for k in ("slo_ms", "percentile", "confidence", "resolution",
                                                              "max_queries", "min_duration_s", "trigger",
-                                                             "trigger_slos")))
+                                                             "trigger_slos", "confirm_factor")))
 SWEEP = Section("sweep", "a sweep file (dvasim sweep): many runs of one base config with some keys changed", (
     Key("base", "path", "the config every run starts from (relative to the sweep file); required"),
     Key("set", "list", "overrides for every run, as --set (e.g. [\"workload.n_queries=2000\"])"),

@@ -198,6 +198,7 @@ def test_compare_can_find_its_peaks_with_the_capacity_search(tmp_path):
     cfg = make_config("bert_base", {"name": "delaybatch", "max_queue_delay_ms": float(calib["delaybatch_window_ms"])},
                       {"kind": "poisson", "rate_qps": 100.0, "n_queries": 1000, "seed": 0}, stages=1)
     assert int(calib["baseline_stages"]) == 1
-    assert capacity(cfg, 200.0, resolution=0.05, max_queries=8000, min_duration_s=2.0)["capacity_qps"] == \
+    assert capacity(cfg, 200.0, resolution=0.05, max_queries=8000, min_duration_s=2.0,
+                    confirm_factor=0)["capacity_qps"] == \
         calib["peak_qps_delaybatch"]  # as compare searches at refine < 4 (evaluation.capacity_of)
     assert calib["peak_qps_dvabatch"] > calib["peak_qps_delaybatch"]  # input diversity: DVABatch removes padding

@@ -66,16 +66,20 @@ def test_a_deterministic_queue_has_a_zero_width_interval(tmp_path):
 
 
 def test_one_seed_is_the_search_as_before_and_the_first_of_several(tmp_path):
+    """The searches alone (``confirm_factor = 0``; tests/studies/test_capacity_confirm.py confirms them)."""
     cfg = one_stage(tmp_path, seed=4)
-    one = capacity(cfg, 20.0, resolution=0.1, max_queries=4000, **FAST)
-    assert capacity(cfg, 20.0, resolution=0.1, max_queries=4000, seeds=1, **FAST) == one
+    kw = dict(resolution=0.1, max_queries=4000, confirm_factor=0, **FAST)
+    one = capacity(cfg, 20.0, **kw)
+    assert capacity(cfg, 20.0, seeds=1, **kw) == one
     assert set(one) == {"capacity_qps", "stack", "slo_ms", "percentile", "confidence", "bracket_qps", "resolution",
                         "resolution_asked", "top_exceeded", "throughput_bound_qps", "n_probes", "probes", "note",
-                        "seeds", "capacity_by_seed", "capacity_interval", "n_metastable", "rules"}
+                        "seeds", "capacity_by_seed", "capacity_interval", "n_metastable", "rules",
+                        "capacity_searched_qps", "confirmation"}
+    assert one["confirmation"] is None and one["capacity_searched_qps"] == one["capacity_qps"]
     assert one["seeds"] == [4] and one["capacity_by_seed"] == [one["capacity_qps"]]
     assert one["capacity_interval"]["method"] == "single run"
     assert all("search_seed" not in p for p in one["probes"])
-    three = capacity(cfg, 20.0, resolution=0.1, max_queries=4000, seeds=3, **FAST)
+    three = capacity(cfg, 20.0, seeds=3, **kw)
     first = three["searches"][0]
     assert first["seed"] == 4 and first["capacity_qps"] == one["capacity_qps"]
     assert [{k: v for k, v in p.items() if k != "search_seed"} for p in three["probes"][:one["n_probes"]]] == \
@@ -107,12 +111,13 @@ def test_identical_policies_tie_and_a_better_one_leads(tmp_path):
     cfg = one_stage(tmp_path)
     seen = []
     res = compare_policies(cfg, 20.0, ["zerobatch", "serial"], resolution=0.1, max_queries=4000, seeds=3,
-                           progress=seen.append, **FAST)
+                           confirm_factor=0, progress=seen.append, **FAST)
     (c,) = res["comparisons"]
     assert c["tie"] and " tie with " in c["label"] and res["ranking"] in ("zerobatch = serial", "serial = zerobatch")
     assert {p["policy"] for p in seen} == {"zerobatch", "serial"}
     cfg["policy"]["max_batch_size"] = 2
-    res = compare_policies(cfg, 20.0, ["serial", "zerobatch"], resolution=0.1, max_queries=4000, seeds=3, **FAST)
+    res = compare_policies(cfg, 20.0, ["serial", "zerobatch"], resolution=0.1, max_queries=4000, seeds=3,
+                           confirm_factor=0, **FAST)
     (c,) = res["comparisons"]
     # against the best (zerobatch), whichever was listed first: serial below it, its interval clear of zero
     assert c["against"] == "zerobatch" and c["policy"] == "serial" and res["ranking"] == "zerobatch > serial"
