@@ -154,11 +154,11 @@ def _write_both(res: dict, out, json_out):
     import json
 
     from dvasim.cli.capacity import strict_json
-    from dvasim.fitting.fit import check_finite, engine_toml
+    from dvasim.fitting.fit import check_finite, engine_toml, portable
     from dvasim.outputs import output_error, write_whole
 
     check_finite(res)
-    engine_text = engine_toml(res)
+    engine_text = engine_toml(portable(res, out.parent))  # its paths relative to the file, as write_engine's
     json_text = json.dumps(strict_json(res), indent=2, allow_nan=False) + "\n"
     for folder in {out.parent, json_out.parent}:
         try:

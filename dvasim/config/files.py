@@ -38,8 +38,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 def apply_engine_file(raw: dict[str, Any], path: str | Path | None) -> dict[str, Any]:
     """Merge the ``[engine]`` section of ``path`` (e.g. written by ``dvasim fit``) over the config's engine.
 
-    Keys of the file win; ``[engine.host]`` is merged key by key. A relative ``launch_table`` in the file is
-    taken relative to the file."""
+    Keys of the file win; ``[engine.host]`` is merged key by key. A relative ``launch_table`` or ``gpu_table`` in
+    the file is taken relative to the file."""
     if path is None:
         return raw
     try:
@@ -56,8 +56,9 @@ def apply_engine_file(raw: dict[str, Any], path: str | Path | None) -> dict[str,
                                       f"found [{extra[0]}]")
     eng = copy.deepcopy(eng)
     host = eng.get("host")
-    if isinstance(host, dict) and isinstance(host.get("launch_table"), str):
-        host["launch_table"] = str(find_file(host["launch_table"], base, "engine.host.launch_table"))
+    for key in ("launch_table", "gpu_table"):  # relative to the file (dvasim fit writes them so)
+        if isinstance(host, dict) and isinstance(host.get(key), str):
+            host[key] = str(find_file(host[key], base, f"engine.host.{key}"))
     raw = copy.deepcopy(raw)
     merged = {**raw.get("engine", {}), **eng}
     if isinstance(raw.get("engine", {}).get("host"), dict) and isinstance(host, dict):

@@ -59,6 +59,7 @@ rest, writes those as 0 and says so in ``[fit] not_identified`` (:func:`per_row_
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass
@@ -923,6 +924,36 @@ def _toml_value(v) -> str:
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
+def portable(result: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``result`` with its file paths (``engine.host``'s ``launch_table`` and ``gpu_table``, ``fit.folders`` and
+    the like) written relative to ``folder``, where the engine file goes: the file then works wherever its folder
+    and the tables move together (:func:`dvasim.config.files.apply_engine_file` reads them relative to the file),
+    and names no machine's absolute path."""
+    import os
+
+    base = Path(folder).resolve()
+
+    def rel(v):
+        if isinstance(v, str) and os.path.isabs(v):
+            try:
+                return os.path.relpath(v, base)
+            except ValueError:  # another drive (Windows): keep it
+                return v
+        if isinstance(v, list):
+            return [rel(x) for x in v]
+        return v
+
+    out = copy.deepcopy(result)
+    host = out["engine"].get("host")
+    if isinstance(host, dict):
+        for k in ("launch_table", "gpu_table"):
+            if k in host:
+                host[k] = rel(host[k])
+    out["fit"] = {k: rel(v) if k in ("folders", "launch_table", "gpu_table", "table") else v
+                  for k, v in out["fit"].items()}
+    return out
+
+
 def engine_toml(result: dict[str, Any]) -> str:
     """The fit as an engine file: ``[engine]``, ``[engine.host]`` and the evidence as ``[fit]``."""
     lines = ["# written by dvasim fit: the simulator's engine fitted to real replays",
@@ -980,7 +1011,7 @@ def write_engine(result: dict[str, Any], path) -> Path:
 
     p = check_engine_path(path)
     check_finite(result)
-    text = engine_toml(result)
+    text = engine_toml(portable(result, p.parent))
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

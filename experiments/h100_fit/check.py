@@ -19,11 +19,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from dvasim.config.sections import OVERLAP_SHARE_H100
 from dvasim.fitting.check import is_noise, real_runs, score_case
 from dvasim.fitting.fit import fit, table_operators, write_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAYS = ROOT / "traces" / "h100_replays"
+
+
+def variant(args) -> str:
+    """The files' suffix of a variant: ``_launchtable``, ``_gputable``, ``_overlap`` (combined in that order)."""
+    return (("_launchtable" if args.launch_table else "") + ("_gputable" if args.gpu_table else "")
+            + ("" if args.contention == "none" else f"_{args.contention}"))
 
 
 def main(argv=None) -> int:
@@ -36,6 +43,10 @@ def main(argv=None) -> int:
                    help="give the device model the GPU-true stage times (<model>_gpu_table.csv)")
     p.add_argument("--launch-table", action="store_true",
                    help="keep the profiled launch table's shape (<model>_launch.csv) and fit only its scale")
+    p.add_argument("--contention", choices=("none", "overlap"), default="none",
+                   help="the device's contention model in the engine files: 'overlap' with its share calibrated on "
+                        "the H100's four-thread co-run (traces/gpu/h100/measured/overlap_4threads.csv), never on "
+                        "these replays (default none)")
     args = p.parse_args(argv)
     out, rep = Path(args.out), Path(args.replays)
     out.mkdir(parents=True, exist_ok=True)
@@ -52,7 +63,10 @@ def main(argv=None) -> int:
         ops = table_operators(rep / f"{model}_serving_table.csv")
         fitted = fit(dirs, launch_table=table, gpu_table=gpu, operators=ops,
                      operators_source=f"{model}_serving_table.csv's '# slicing:' cuts (the cut the replays ran)")
-        tag = ("_launchtable" if args.launch_table else "") + ("_gputable" if args.gpu_table else "")
+        tag = variant(args)
+        if args.contention != "none":  # from the calibration run, which the prediction does not score
+            fitted["engine"] = {"contention": args.contention, "contention_share": OVERLAP_SHARE_H100,
+                                **fitted["engine"]}
         eng = write_engine(fitted, out / f"engine_{model}{tag}.toml")
         for policy in ("delaybatch", "dvabatch"):
             for folder in sorted(rep.glob(f"{model}_{policy}_*")):
@@ -67,8 +81,7 @@ def main(argv=None) -> int:
                       f"{row['real_p99_latency_ms']:8.1f} ({row['err_p99_latency_ms']:+.1%})  "
                       f"bs {row['sim_mean_exit_batch_size']:.2f}  {row['verdict']}", flush=True)
     df = pd.DataFrame(rows)
-    tag = ("_launchtable" if args.launch_table else "") + ("_gputable" if args.gpu_table else "")
-    df.to_csv(out / f"results{tag}.csv", index=False)
+    df.to_csv(out / f"results{variant(args)}.csv", index=False)
     scored = df[df.verdict != "noise"]
     print(f"{int((scored.verdict == 'within').sum())} of {len(scored)} scored cases within all three targets "
           f"({int((df.verdict == 'noise').sum())} noise)")
