@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 OUT    ?= results/compare
 
-.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean compiled pure
+.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean compiled pure gpu-matrix gpu-matrix-cpu gpu-wheels
 
 $(VENV)/.stamp-run: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -71,6 +71,21 @@ compiled: $(VENV)/.stamp-run
 
 pure:
 	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) tools/compile_core.py --clean
+
+# The GPU matrix (issue 35; experiments/validation/gpu/README.md). `make gpu-matrix` runs on a lent GPU, from the
+# repository root, with the image's python3 (no virtual environment there): profile, replay, co-runs, fit, predict,
+# in about 8 minutes; the wheels the image lacks come from .whl (`make gpu-wheels` downloads them here first).
+# Device tool: run(command="make gpu-matrix", carry=[".whl"], timeout_s=600). `make gpu-matrix-cpu` is the same
+# command on this CPU, tiny (seconds; its outputs under results/gpu_matrix/).
+GPU_PY ?= python3
+gpu-matrix:
+	PYTHONUNBUFFERED=1 $(GPU_PY) experiments/validation/gpu_matrix.py --wheels .whl $(GPU_MATRIX_ARGS)
+
+gpu-matrix-cpu: $(VENV)/.stamp-dev
+	$(PY) experiments/validation/gpu_matrix.py --cpu --tiny $(GPU_MATRIX_ARGS)
+
+gpu-wheels: $(VENV)/.stamp-run
+	$(PY) experiments/validation/gpu_matrix.py --download-wheels .whl
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check .

@@ -94,10 +94,12 @@ def fresh_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3,
     return path
 
 
-def gpu_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3, device: str = "cuda") -> Path:
+def gpu_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3, device: str = "cuda",
+                    seq_lens: list[int] | None = None) -> Path:
     """On a GPU: the config's stages as CUDA graphs, their GPU time per batch size the policy can form and per
-    length of the model's table (a bucketed table) at ``path``, and the host's launch cost of each stage in the
-    replay's module kind at ``<path stem>.launch.csv`` (the simulator's ``[engine.host] launch_table``)."""
+    length of the model's table up to the one the workload's longest input needs (a bucketed table; ``seq_lens``,
+    where given, these lengths instead) at ``path``, and the host's launch cost of each stage in the replay's module
+    kind at ``<path stem>.launch.csv`` (the simulator's ``[engine.host] launch_table``)."""
     from dvasim.engines.replay.engine import modules_for
     from dvasim.model.catalog import resolve_model
     from dvasim.model.profiling.profiler import (
@@ -110,7 +112,9 @@ def gpu_stage_table(cfg: dict, path: Path, repeats: int = 10, warmup: int = 3, d
 
     resolved = resolve_model(cfg["model"])
     bss, sls = _profile_grid(resolved.table, cfg)
-    if sls is not None:  # the length buckets up to the one the workload's longest input needs
+    if sls is not None and seq_lens is not None:
+        sls = sorted({int(L) for L in seq_lens})
+    elif sls is not None:  # the length buckets up to the one the workload's longest input needs
         from dvasim.workload import workload_from_config
 
         lens = workload_from_config(cfg["workload"], needs_seq_len=True, base_dir=cfg.get("base_dir")).seq_lens

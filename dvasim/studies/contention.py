@@ -35,8 +35,8 @@ from dvasim.config.sections import OVERLAP_SHARE_H100
 from dvasim.engines.sim.device import Device
 from dvasim.paths import traces_dir
 
-__all__ = ["CALIBRATE_ON", "HELD_OUT", "calibrate_share", "four_threads", "load_overlaps", "measured_specs",
-           "predict_overlaps", "report"]
+__all__ = ["CALIBRATE_ON", "HELD_OUT", "calibrate_share", "fit_share", "four_threads", "load_overlaps",
+           "measured_specs", "predict_overlaps", "report"]
 
 MEASURED = Path("gpu") / "h100" / "measured" / "overlap_4threads.csv"
 BOUNDS = Path("gpu") / "h100" / "measured" / "stage_bounds.csv"
@@ -156,10 +156,28 @@ def calibrate_share(path: str | Path | None = None, calibrate_on: Sequence[tuple
         raise ValueError(f"calibration rows {list(calibrate_on)} not all in the measurements")
     specs = [measured_specs(r.model, int(r.batch_size), None if pd.isna(r.seq_len) else int(r.seq_len))
              for r in fit_rows.itertuples(index=False)]
+    exact = fit_share(specs, fit_rows["calls"], fit_rows["overlap"], tol)
+    share = round(exact, 3)
+    both = pd.concat([fit_rows.assign(calibrated=True), out_rows.assign(calibrated=False)], ignore_index=True)
+    table = predict_overlaps(both.drop(columns="calibrated"), "none").rename(columns={"predicted": "none"})
+    table["overlap_model"] = predict_overlaps(both.drop(columns="calibrated"), "overlap", share)["predicted"]
+    table["calibrated"] = both["calibrated"]
+    table["rel_error"] = table["overlap_model"] / table["overlap"] - 1.0
+    return {"share": share, "share_exact": exact, "n_parameters": 1, "n_calibration_points": len(fit_rows),
+            "n_held_out": len(out_rows), "table": table}
+
+
+def fit_share(specs: Sequence[Sequence[tuple[float, float]]], calls: Sequence[int], overlaps: Sequence[float],
+              tol: float = 1e-5) -> float:
+    """The ``contention_share`` in [0, 1] whose simulated co-runs (:func:`four_threads`: ``specs[i]``, the
+    ``(time, demand)`` of each stage of co-run ``i``, run ``calls[i]`` times) have the least sum of squared log
+    errors against the measured ``overlaps`` (golden-section search to ``tol``). :func:`calibrate_share` fits the
+    shipped measurements with it; a new co-run measurement (``experiments/validation/gpu_matrix.py``) its own,
+    with the stages' times and demands from its own table."""
+    cases = list(zip(specs, [int(c) for c in calls], [float(m) for m in overlaps]))
 
     def loss(k: float) -> float:
-        return sum(math.log(four_threads(s, "overlap", k, calls=int(c))["overlap"] / m) ** 2
-                   for s, c, m in zip(specs, fit_rows["calls"], fit_rows["overlap"]))
+        return sum(math.log(four_threads(s, "overlap", k, calls=c)["overlap"] / m) ** 2 for s, c, m in cases)
 
     lo, hi = 0.0, 1.0
     g = (math.sqrt(5.0) - 1.0) / 2.0
@@ -174,15 +192,7 @@ def calibrate_share(path: str | Path | None = None, calibrate_on: Sequence[tuple
             lo, a, fa = a, b, fb
             b = lo + g * (hi - lo)
             fb = loss(b)
-    exact = (lo + hi) / 2.0
-    share = round(exact, 3)
-    both = pd.concat([fit_rows.assign(calibrated=True), out_rows.assign(calibrated=False)], ignore_index=True)
-    table = predict_overlaps(both.drop(columns="calibrated"), "none").rename(columns={"predicted": "none"})
-    table["overlap_model"] = predict_overlaps(both.drop(columns="calibrated"), "overlap", share)["predicted"]
-    table["calibrated"] = both["calibrated"]
-    table["rel_error"] = table["overlap_model"] / table["overlap"] - 1.0
-    return {"share": share, "share_exact": exact, "n_parameters": 1, "n_calibration_points": len(fit_rows),
-            "n_held_out": len(out_rows), "table": table}
+    return (lo + hi) / 2.0
 
 
 def report(path: str | Path | None = None) -> str:

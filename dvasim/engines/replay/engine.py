@@ -64,6 +64,7 @@ during the run, which then stops as for SIGINT (``interrupted``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import math
@@ -907,16 +908,49 @@ def graph_batch_sizes(setup: ReplaySetup) -> list[list[int]]:
     return [list(range(1, top + 1)) if sizes is None else sizes for sizes in given]
 
 
+_GRAPH_REUSE: dict | None = None  # inside reused_graphs(): captured graphs by what they were captured for
+
+
+@contextlib.contextmanager
+def reused_graphs():
+    """Within the block, :func:`prepare` captures the CUDA graphs of one set of stage modules (one model, cut and
+    device: the modules are cached per process) at one set of lanes, batch sizes and length buckets once, and
+    the replays after the first reuse them (their counters ``launches`` and ``copy_ms`` reset), instead of
+    capturing them again for every replay. Safe because the replays of one process run one after the other and a
+    graph's static inputs are its own copies (:mod:`dvasim.model.stages.graphs`): a later replay's buffers only
+    feed them. A sequence of replays of the same model (``experiments/validation/gpu_matrix.py``) pays the capture
+    once; outside the block every :func:`prepare` captures its own (the default). Not with a ``cuda_ops``
+    stand-in (tests count its captures). The graphs are dropped when the block ends."""
+    global _GRAPH_REUSE
+    outer = _GRAPH_REUSE
+    _GRAPH_REUSE = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _GRAPH_REUSE = outer
+
+
 def _graph_stages(setup: ReplaySetup, cuda_ops=None, stop: Callable[[], str | None] | None = None) -> list[list]:
     """Every stage of every lane captured at every batch size the policy can form on that lane
-    (:func:`graph_batch_sizes`) and every length bucket; ``stop`` asked between captures."""
+    (:func:`graph_batch_sizes`) and every length bucket; ``stop`` asked between captures. Inside
+    :func:`reused_graphs`, graphs captured earlier for the same modules, lanes, sizes and buckets are reused."""
     from dvasim.model.stages.graphs import capture_stages, graph_ops
 
     ops = cuda_ops if cuda_ops is not None else graph_ops(setup.buffers.device if setup.device == "cuda" else "cpu")
     sizes = graph_batch_sizes(setup)
-    return capture_stages(setup.stages, setup.buffers, ops, lambda lane: sizes[lane], setup.buckets or [1],
-                          lanes=setup.pipeline.instances,
-                          progress=bool(setup.cfg["engine"].get("progress")) or sys.stderr.isatty(), stop=stop)
+    key = (id(setup.stages), str(setup.buffers.device), tuple(map(tuple, sizes)), tuple(setup.buckets or [1]))
+    reuse = _GRAPH_REUSE if cuda_ops is None else None
+    if reuse is not None and key in reuse:
+        lanes = reuse[key][1]
+        for st in (st for lane in lanes for st in lane):
+            st.launches, st.copy_ms = 0, 0.0
+        return lanes
+    lanes = capture_stages(setup.stages, setup.buffers, ops, lambda lane: sizes[lane], setup.buckets or [1],
+                           lanes=setup.pipeline.instances,
+                           progress=bool(setup.cfg["engine"].get("progress")) or sys.stderr.isatty(), stop=stop)
+    if reuse is not None:
+        reuse[key] = (setup.stages, lanes)  # (the modules kept alive with their graphs: the key holds their id)
+    return lanes
 
 
 def make_engine(setup: ReplaySetup, device: str | None = None, **kwargs) -> ReplayEngine:

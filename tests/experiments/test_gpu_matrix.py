@@ -1,0 +1,195 @@
+"""Issue 35, item 4: the GPU matrix in one command (``experiments/validation/gpu_matrix.py``), run as CI runs it:
+``--cpu --tiny`` (the small VGG19 and BERT-base in two stages, the CPU stand-in graphs, 12 queries a replay) end to
+end into a temporary folder. Every file the GPU run keeps must be there and readable by the project's own readers
+(the fit's, the check's, the co-run loader's); a rerun on the same traces keeps what is there and gives the same
+summary (``--analyse``); a spent budget skips steps and still writes the summary; bad flags are one line and status
+2. Numbers are not checked: on this CPU they mean nothing."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "experiments" / "validation" / "gpu_matrix.py"
+MODELS, POLICIES, LOADS = ("vgg19", "bert_base"), ("zerobatch", "delaybatch", "dvabatch"), ("0.3", "0.85")
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("_exp_gpu_matrix", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(autouse=True)
+def no_device_out(monkeypatch):
+    """``$OUT`` (the device tool's folder) is the default of ``--out``: not here."""
+    monkeypatch.delenv("OUT", raising=False)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny CPU matrix, run once for the tests of its files."""
+    pytest.importorskip("torch")
+    base = tmp_path_factory.mktemp("gpu_matrix")
+    argv = ["--cpu", "--tiny", "--traces", str(base / "traces"), "--summary", str(base / "summary"),
+            "--out", str(base / "out")]
+    assert load().main(argv) == 0
+    return base
+
+
+@pytest.mark.torch
+def test_every_replay_keeps_its_logs(tiny):
+    from dvasim.fitting.logs import read_replay
+
+    t = tiny / "traces"
+    for m in MODELS:
+        for p in POLICIES:
+            for ld in LOADS:
+                for r in ("r1", "r2"):
+                    d = t / f"{m}_{p}_{ld}" / r
+                    assert {"config.toml", "queries.csv.gz", "executions.csv.gz", "summary.json",
+                            "config.json"} <= {f.name for f in d.iterdir()}, d
+                    cfg = tomllib.loads((d / "config.toml").read_text())
+                    assert cfg["replay"]["modules"] == "cudagraph" and cfg["policy"]["name"] == p
+                    assert cfg["model"]["name"] == m and cfg["workload"]["n_queries"] == 12
+                    rep = read_replay(d)  # the fit's reader: every file whole and well-formed
+                    assert len(rep["queries"]) == 12 and rep["queries"]["latency_ms"].notna().all()
+                    assert set(rep["executions"]["stage"]) == {0, 1}
+                    s = json.loads((d / "summary.json").read_text())
+                    assert s["n_completed"] == 12 and s["gpu_matrix"]["repeat"] == int(r[1])
+                    assert s["replay_modules"] == "cudagraph" and not s["interrupted"]
+    assert not list(t.glob("*/*.partial"))
+
+
+@pytest.mark.torch
+def test_tables_calibration_and_provenance(tiny):
+    from dvasim.fitting.check import real_runs
+    from dvasim.model.table import LatencyTable
+    from dvasim.studies.contention import load_overlaps
+
+    t = tiny / "traces"
+    for m in MODELS:
+        table = LatencyTable.load(t / f"{m}_table.csv")
+        assert table.n_stages == 2 and table.max_batch_size == 4
+        assert (t / f"{m}_table.launch.csv").is_file()
+        assert (table.seq_lens is not None) == (m == "bert_base")
+        assert real_runs(t / f"{m}_summary.json", "dvabatch", 0.85)["mean_latency_ms"][0] > 0
+    co = load_overlaps(t / "overlap_4threads.csv")
+    assert sorted(zip(co["model"], co["batch_size"])) == [("bert_base", 1), ("bert_base", 4), ("vgg19", 1), ("vgg19", 4)]
+    assert (co["overlap"] > 0).all() and (co["threads"] == 2).all() and "source" in co.attrs["provenance"]
+    env = json.loads((t / "environment.json").read_text())["runs"][0]
+    assert {"date_utc", "python", "torch", "cuda", "device", "gpu", "dvasim"} <= set(env)
+    info = json.loads((t / "matrix.json").read_text())
+    assert set(info) == set(MODELS) and all(i["capacity_qps"] > 0 for i in info.values())
+    steps = [json.loads(x) for x in (t / "progress.jsonl").read_text().splitlines()]
+    assert {s["status"] for s in steps} == {"done"} and len(steps) == 2 + 24 + 4  # profiles, replays, co-runs
+    assert "Measured, not modelled" in (t / "README.md").read_text() and (t / "run.log").stat().st_size > 0
+
+
+@pytest.mark.torch
+def test_summary_fit_and_prediction(tiny):
+    s = tiny / "summary"
+    df = pd.read_csv(s / "summary.csv")
+    assert len(df) == len(MODELS) * len(POLICIES) * len(LOADS)
+    assert set(df["role"]) == {"fit", "predicted"} and (df.loc[df["policy"] == "zerobatch", "role"] == "fit").all()
+    for col in ("err_mean_latency_ms", "err_p99_latency_ms", "err_throughput_qps", "none_err_mean_latency_ms",
+                "before_err_mean_latency_ms", "spread_mean_latency_ms", "verdict", "contention"):
+        assert col in df.columns, col
+    assert df["verdict"].isin(["within", "outside", "noise"]).all()
+    res = json.loads((s / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    for key in ("with_contention", "without_contention", "default_engine"):
+        c = res[key]
+        assert {"scored", "within_15_25_5", "within_5_10_3", "median_abs_" + ("err_" if key == "with_contention"
+                                                                              else "none_err_" if key == "without_contention"
+                                                                              else "before_err_") + "mean_latency_ms"} <= set(c)
+        assert 0 <= c["within_5_10_3"] <= c["within_15_25_5"] <= c["scored"] <= 8
+    assert res["noise_floor"]["cases_with_repeats"] == 12 and res["skipped"] == [] and res["failed"] == {}
+    assert 0.0 <= res["contention"]["share"] <= 1.0 and len(pd.read_csv(s / "calibration.csv")) == 4
+    for m in MODELS:
+        eng = tomllib.loads((s / f"engine_{m}.toml").read_text())
+        assert eng["engine"]["contention"] == "overlap" and "launch_fixed_ms" in eng["engine"]["host"]
+        assert "contention" not in tomllib.loads((s / f"engine_{m}_none.toml").read_text())["engine"]
+        assert "intervals" in json.loads((s / f"fit_{m}.json").read_text())
+    assert "| vgg19 dvabatch 0.85 | predicted | 2 |" in (s / "summary.md").read_text()
+
+
+@pytest.mark.torch
+def test_one_archive_for_the_device_tool(tiny):
+    out = tiny / "out"
+    assert sorted(f.name for f in out.iterdir()) == ["gpu_matrix_" + tiny.name + ".tar.gz", "run.log", "summary.md"]
+    with tarfile.open(out / f"gpu_matrix_{tiny.name}.tar.gz") as tar:
+        names = tar.getnames()
+        q = tar.extractfile(next(n for n in names if n.endswith("vgg19_zerobatch_0.3/r2/queries.csv.gz"))).read()
+    assert len(pd.read_csv(io.BytesIO(gzip.decompress(q)))) == 12
+    assert any(n.endswith("summary/summary.json") for n in names) and any(n.endswith("traces/README.md") for n in names)
+
+
+@pytest.mark.torch
+def test_rerun_keeps_the_replays_and_analyse_gives_the_same_summary(tiny, tmp_path):
+    mod = load()
+    before = json.loads((tiny / "summary" / "summary.json").read_text())
+    argv = ["--cpu", "--tiny", "--traces", str(tiny / "traces"), "--summary", str(tmp_path / "s")]
+    assert mod.main(argv + ["--analyse"]) == 0
+    after = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert after["with_contention"] == before["with_contention"] and after["cases"] == before["cases"]
+    n = len((tiny / "traces" / "progress.jsonl").read_text().splitlines())
+    assert mod.main(argv) == 0  # a rerun keeps every finished step (nothing measured again)
+    assert len((tiny / "traces" / "progress.jsonl").read_text().splitlines()) == n
+
+
+@pytest.mark.torch
+def test_a_spent_budget_skips_steps_and_still_writes_the_summary(tmp_path, capsys):
+    pytest.importorskip("torch")
+    argv = ["--cpu", "--tiny", "--models", "vgg19", "--traces", str(tmp_path / "t"), "--summary", str(tmp_path / "s"),
+            "--budget-s", "1"]
+    assert load().main(argv) == 0
+    res = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert len(res["skipped"]) == 4 + 2 + 8 and res["with_contention"]["scored"] == 0  # replays, co-runs
+    assert "skipped (estimated" in capsys.readouterr().out
+    assert "(budget)" in (tmp_path / "t" / "README.md").read_text()
+
+
+@pytest.mark.torch
+def test_graphs_are_captured_once_per_model_inside_reused_graphs():
+    pytest.importorskip("torch")
+    from dvasim.engines.replay.engine import prepare, reused_graphs
+
+    cfg = {"model": {"name": "vgg19", "device": "cpu", "stages": 2}, "policy": {"name": "zerobatch", "max_batch_size": 2},
+           "workload": {"kind": "poisson", "rate_qps": 100.0, "n_queries": 4, "seed": 1},
+           "replay": {"modules": "cudagraph"}}
+    with reused_graphs():
+        a, b = prepare(cfg).lane_stages, prepare(cfg).lane_stages
+        c = prepare({**cfg, "policy": {"name": "zerobatch", "max_batch_size": 1}}).lane_stages
+    assert a is b and c is not a and a[0][0].launches == 0
+    assert prepare(cfg).lane_stages is not a  # outside the block every replay captures its own
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--queries", "0"], "--queries"), (["--queries", "many"], "--queries"), (["--loads", "0.3,x"], "--loads"),
+    (["--models", "alexnet"], "--models"), (["--repeats", "0"], "--repeats"), (["--budget-s", "-5"], "--budget-s"),
+    (["--policies", "dvabatch"], "--policies"), (["--bootstrap", "-1"], "--bootstrap"), (["--analyse"], "--traces"),
+    (["--frobnicate"], "--frobnicate"), (["--wheels", "/nonexistent-wheels", "--models", "x"], "--models"),
+])
+def test_bad_flags_are_one_line_and_status_2(argv, field, capsys):
+    assert load().main(["--cpu", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gpu_matrix.py: error: {field}"), err
+
+
+def test_a_file_where_a_folder_goes_is_refused(tmp_path, capsys):
+    f = tmp_path / "f"
+    f.write_text("x")
+    assert load().main(["--cpu", "--tiny", "--traces", str(f)]) == 2
+    assert capsys.readouterr().err.startswith("gpu_matrix.py: error: --traces: ")
