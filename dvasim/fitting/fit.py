@@ -17,7 +17,10 @@ it. From these the fit takes, per stage, the host model of :mod:`dvasim.server.h
   is a zero sum of residuals); when the stages' operator counts are too alike to separate the two terms (the
   largest below 1.5 times the smallest) ``launch_fixed_ms = 0`` and ``launch_per_op_ms = sum(a) / sum(ops)``; and
   ``launch_model_per_row_ms = sum(c)``, a whole model's growth per row, shared by the stages by their
-  operators. The operators come from ``operators=`` (``--operators``, or ``--table``'s ``# cuts:``), else
+  operators. The per-stage lines themselves are written too, with the cut they belong to (``stage_launch_ms``,
+  ``stage_launch_per_row_ms``, ``stage_operators``; a stage never host-bound takes the law's line): a run whose
+  stages have exactly that cut launches on them, any other on the law (:func:`stage_lines`; issue 35: the law
+  over operator counts moves one stage's fitted cost and slope onto the others). The operators come from ``operators=`` (``--operators``, or ``--table``'s ``# cuts:``), else
   from the replays' ``[model]`` (:func:`replay_operators`). ``[fit]`` keeps the per-stage lines and the law's
   error on each stage. With
   ``--launch-table`` (a profiled launch table, :class:`dvasim.server.host.LaunchTable`) the table's shape over batch
@@ -318,6 +321,20 @@ def launch_law(a, c, ops, used=None) -> dict[str, Any]:
             "how": f"intercept not resolvable ({why}): launch_fixed_ms = 0, launch_per_op_ms = sum(launch) / sum(ops)"}
 
 
+def stage_lines(law: dict[str, Any], ops, lines: dict[str, list], per_row: bool = True) -> dict[str, Any]:
+    """``[engine.host]``'s per-stage launch lines at the replayed cut (:data:`dvasim.server.host.STAGE_LAW_KEYS`):
+    each stage's own fitted line where its launches were host-bound, the law's line for the stages never
+    host-bound (no launch cost of their own was measured), the slopes 0 where the fit did not identify them
+    (``per_row`` false). The host model uses them for a run whose stages have exactly ``ops`` operators and the
+    law otherwise (issue 35: a law over operator counts hands a GPU-bound first stage's fitted slope to the stages
+    after it)."""
+    la, lc = law_stage_launch(law, ops)
+    bound = [k > 0 for k in lines["n_bound"]]
+    a = [round(float(x if u else y), 6) for x, y, u in zip(lines["launch_ms"], la, bound)]
+    c = [round(float(x if u else y), 6) if per_row else 0.0 for x, y, u in zip(lines["launch_per_row_ms"], lc, bound)]
+    return {"stage_launch_ms": a, "stage_launch_per_row_ms": c, "stage_operators": [int(o) for o in ops]}
+
+
 def law_stage_launch(law: dict[str, Any], ops) -> tuple[list[float], list[float]]:
     """The per-stage launch lines ``(a, c)`` the law gives stages of ``ops`` operators: the simulator's host model's
     own (:func:`dvasim.server.host.host_from_config`)."""
@@ -428,6 +445,8 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     per_stage = {k: list(lines[k]) for k in ("launch_ms", "launch_per_row_ms", "copy_ms", "copy_per_row_ms")}
     evidence.update(_slicing_notes(per_stage, law, ops, ops_src, copies, int(e["batch_size"].max())))
     unidentified = per_row_note(alone)
+    if law is not None and ops is not None:  # the replayed cut's own lines, used where a run has that cut
+        host.update(stage_lines(law, ops, lines, per_row=unidentified is None))
     if unidentified is not None:
         evidence["not_identified"] = unidentified
     if gpu_table is not None:
@@ -821,6 +840,9 @@ def _flat(res: dict[str, Any]) -> dict[str, float]:
     skip = (*PER_ROW_KEYS, *PER_ROW_STAGE_KEYS) if "not_identified" in f else ()  # written as 0, not estimated
     out = {f"engine.{k}": float(eng[k]) for k in ("launch_overhead_ms", "service_cv")}
     out.update({f"engine.host.{k}": float(host[k]) for k in HOST_KEYS if k in host and k not in skip})
+    for k in ("stage_launch_ms", "stage_launch_per_row_ms"):  # the per-stage lines (their slopes 0 if unidentified)
+        if k in host and not (skip and k == "stage_launch_per_row_ms"):
+            out.update({f"engine.host.{k}.{s}": float(v) for s, v in enumerate(host[k])})
     if "cores_fit" in f:
         out["engine.host.cores"] = float(host["cores"])
     for k in STAGE_KEYS:
@@ -863,6 +885,10 @@ def _estimates(sample: pd.DataFrame, st: Setting) -> dict[str, float]:
         host.update({k: law[k] for k in HOST_KEYS if k in law})
         for k in ("launch_ms", "launch_per_row_ms"):
             out.update({f"fit.{k}_by_stage.{s}": float(v) for s, v in enumerate(lines[k])})
+        if st.ops is not None:  # the per-stage lines at the replayed cut, as fit() writes them
+            for k, vals in stage_lines(law, st.ops, lines).items():
+                if k != "stage_operators":
+                    out.update({f"engine.host.{k}.{s}": float(v) for s, v in enumerate(vals)})
     copies = copy_law(lines["copy_ms"], lines["copy_per_row_ms"], st.model)
     host.update({k: copies[k] for k in ("copy_ms", "copy_per_row_ms", "first_copy_ms", "first_copy_per_row_ms")})
     for k in ("copy_ms", "copy_per_row_ms"):

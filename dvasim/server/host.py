@@ -50,6 +50,7 @@ from dvasim.schema import Key, Section, find_file
 
 MODULE_KINDS = ("eager", "torchscript", "cudagraph", "tensorrt", "tensorflow")
 LAW_KEYS = ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms")
+STAGE_LAW_KEYS = ("stage_launch_ms", "stage_launch_per_row_ms", "stage_operators")  # per-stage lines at one cut
 
 HOST = Section("engine.host", "the host of a GPU run: launch costs, launching cores, the interpreter lock, stalls", (
     Key("modules", "choice", 'module kind whose launch costs apply: eager (launches hold the interpreter lock), torchscript, cudagraph', default="torchscript", choices=MODULE_KINDS),
@@ -60,6 +61,9 @@ HOST = Section("engine.host", "the host of a GPU run: launch costs, launching co
     Key("launch_fixed_ms", "number", 'the launch law (any slicing): host cost of every stage launch (ms)', minimum=0),
     Key("launch_per_op_ms", "number", 'the launch law: host cost per operator of the launched stage (ms)', minimum=0),
     Key("launch_model_per_row_ms", "number", "the launch law: a whole model's launch growth per batch row, shared by the stages in proportion to their operators (ms)", minimum=0),
+    Key("stage_launch_ms", "numbers", "per-stage launch lines at one cut (dvasim fit writes the replayed cut's): each stage's launch at batch 0 (ms), used instead of the law when the run's stages have exactly stage_operators", minimum=0),
+    Key("stage_launch_per_row_ms", "numbers", "the per-stage lines' growth per batch row (ms), with stage_launch_ms", minimum=0),
+    Key("stage_operators", "ints", "the cut the per-stage lines belong to: the operators in each stage", minimum=1),
     Key("first_launch_ms", "number", "more (or, negative, less) launch cost of the first stage than its operators imply (ms; the model's input side: any slicing has a first stage)"),
     Key("last_launch_ms", "number", 'more (or less) launch cost of the last stage than its operators imply (ms; the output side)'),
     Key("first_copy_ms", "number", "more copy cost of the first stage's launch: the batch's inputs brought in (ms, under the lock)"),
@@ -295,8 +299,22 @@ def _gpu_table(d: dict, n_stages: int, base_dir: str | None):
 
 def _launch_law(d: dict, n_stages: int, operators) -> tuple[dict, dict, list[int] | None]:
     """The launch law, when given, turned into per-stage ``launch_ms`` / ``launch_per_row_ms`` over the stages'
-    operators: (the table with them in place of the law's keys, the law, the operator counts)."""
+    operators: (the table with them in place of the law's keys, the law, the operator counts). Where the file
+    also holds per-stage lines (:data:`STAGE_LAW_KEYS`, as ``dvasim fit`` writes the replayed cut's) and the run's
+    stages have exactly their ``stage_operators``, those lines are the launch costs (the measured ends included:
+    the law's ``first_launch_ms`` / ``last_launch_ms`` are not added); at any other cut the law is (issue 35: a
+    law over operator counts moves one stage's cost onto others)."""
     law = {k: d[k] for k in LAW_KEYS if k in d}
+    staged = _stage_lines_given(d, law)
+    if staged:
+        d = {k: v for k, v in d.items() if k not in STAGE_LAW_KEYS}
+        run_ops = None if operators is None else [int(x) for x in operators]
+        if run_ops == staged["stage_operators"] and len(run_ops) == n_stages:
+            d = {k: v for k, v in d.items() if k not in (*LAW_KEYS, "first_launch_ms", "last_launch_ms")}
+            d["launch_ms"] = [float(x) for x in staged["stage_launch_ms"]]
+            d["launch_per_row_ms"] = [float(x) for x in staged["stage_launch_per_row_ms"]]
+            return d, {**law, "launch_from": "the per-stage lines (the run's cut is stage_operators)"}, run_ops
+        law = {**law, "launch_from": "the law (the run's cut differs from the per-stage lines' stage_operators)"}
     if not law:
         return d, law, None
     clash = [k for k in ("launch_ms", "launch_per_row_ms", "launch_table") if k in d]
@@ -311,6 +329,28 @@ def _launch_law(d: dict, n_stages: int, operators) -> tuple[dict, dict, list[int
     d["launch_ms"] = [law.get("launch_fixed_ms", 0.0) + law.get("launch_per_op_ms", 0.0) * o for o in ops]
     d["launch_per_row_ms"] = [law.get("launch_model_per_row_ms", 0.0) * o / total for o in ops]
     return d, law, ops
+
+
+def _stage_lines_given(d: dict, law: dict) -> dict:
+    """The per-stage launch lines of ``d`` (:data:`STAGE_LAW_KEYS`), checked: all three or none, one entry per
+    stage each, and a law beside them for the other cuts."""
+    given = {k: d[k] for k in STAGE_LAW_KEYS if k in d}
+    if not given:
+        return given
+    missing = [k for k in STAGE_LAW_KEYS if k not in given]
+    if missing:
+        raise ConfigError(f"engine.host.{missing[0]}", f"give it with {', '.join(k for k in STAGE_LAW_KEYS if k != missing[0])}"
+                                                      " (per-stage launch lines and the cut they belong to)")
+    n = len(given["stage_operators"])
+    for k in ("stage_launch_ms", "stage_launch_per_row_ms"):
+        if len(given[k]) != n:
+            raise ConfigError(f"engine.host.{k}", f"needs {n} values, one per stage of stage_operators; got "
+                                                  f"{len(given[k])}")
+    if not law:
+        raise ConfigError("engine.host.stage_launch_ms", f"give the launch law too ({', '.join(LAW_KEYS)}): the "
+                                                         "per-stage lines fit only their own cut")
+    given["stage_operators"] = [int(x) for x in given["stage_operators"]]
+    return given
 
 
 def _launch_table(d: dict, modules: str, n_stages: int, base_dir: str | None):

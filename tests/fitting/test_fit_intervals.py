@@ -54,7 +54,12 @@ def test_intervals_hold_the_known_parameters_and_leave_the_engine_file_alone(tmp
     # every fitted value has its interval, its point the fitted value
     flat = _flat(res)
     assert h["launch_per_op_ms"]["point"] == res["engine"]["host"]["launch_per_op_ms"]
-    assert len(flat) == 2 + 3 + 5 + 8  # engine 2, the law 3, copies 4 + stall_prob, 4 lines x 2 stages
+    # engine 2, the law 3, copies 4 + stall_prob, 4 lines x 2 stages, the per-stage launch lines at the replayed cut
+    assert len(flat) == 2 + 3 + 5 + 8 + 2 * 2
+    # both stages were host-bound: the engine's per-stage lines are the fitted lines, with the same intervals
+    for k, f in (("stage_launch_ms", "launch_ms_by_stage"), ("stage_launch_per_row_ms", "launch_per_row_ms_by_stage")):
+        for end in ("point", "lo", "hi"):  # (the engine file's values rounded to 6 decimals)
+            assert [x[end] for x in h[k]] == pytest.approx([x[end] for x in iv["fit"][f]], abs=1e-6)
     assert iv["about"]["n_boot"] == 100 and "admission_delay_ms" in iv["about"]["not_given"]
     again = fit([d], n_boot=100, boot_seed=1)["intervals"]
     assert again == iv and fit([d], n_boot=100, boot_seed=2)["intervals"] != iv  # seeded
