@@ -222,6 +222,12 @@ def print_fit(res: dict, out, checks: list[dict] | None) -> None:
     print(f"  launch_overhead_ms {res['engine']['launch_overhead_ms']:.3f}, service_cv {res['engine']['service_cv']:.3f}")
     if "not_identified" in f:
         print(f"  not identified: {f['not_identified']}")
+    if "identified_by" in f:
+        import json
+
+        ident = json.loads(f["identified_by"])
+        print("  identified by: " + "; ".join(f"{k}: " + (", ".join(f"{d} ({n})" for d, n in v.items()) or "none")
+                                              for k, v in ident.items()))
     for c in checks or []:
         print(f"  {c['folder']}: simulated vs real throughput {c['err_throughput_qps']:+.1%}, mean "
               f"{c['err_mean_latency_ms']:+.1%}, p99 {c['err_p99_latency_ms']:+.1%}")

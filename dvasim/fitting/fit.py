@@ -50,6 +50,10 @@ it. From these the fit takes, per stage, the host model of :mod:`dvasim.server.h
   (DVABatch, several model instances): the effective number of cores that best explains how long overlapped host-bound launches took
   (:func:`fit_cores`).
 
+``[fit] identified_by`` says which folders identify which parameter, with the executions or queries each gave
+(:func:`identified_by`); a term no folder identifies is written as 0 and named in ``not_identified`` (the slopes
+per row) or refused in one line (``--fit-cores`` without overlapped launches).
+
 Not identifiable from executions that never overlapped (ZeroBatch and DelayBatch run one stage at a time): how
 launches slow each other down. That comes from the model's structure, not from a fitted number: copies and
 Python-level work hold one interpreter lock (eager launches entirely), TorchScript and CUDA-graph launches run on
@@ -697,7 +701,35 @@ def _evidence(runs: list[dict], model: str | None, kind: str, n: int, e: pd.Data
     }
     if cores_fit:
         evidence["cores_fit"] = json.dumps(cores_fit)
+    evidence["identified_by"] = json.dumps(identified_by(runs, n, e, alone))
     return evidence
+
+
+def identified_by(runs: list[dict], n: int, e: pd.DataFrame, alone: pd.DataFrame) -> dict[str, Any]:
+    """Which replay folders identify which fitted parameter (``[fit] identified_by``, issue 35), by folder name
+    with the executions or queries each gave: each stage's launch line (its host-bound executions that ran alone),
+    the slopes per batch row (folders whose alone executions had two batch sizes or more), the copies and jitter
+    (alone executions), the hand-off and admission delays (every execution and query), the launching cores
+    (launches that overlapped others: only with ``--fit-cores``). A parameter no folder identifies lists none:
+    the fit writes it as 0 and says so (``not_identified``) or refuses it (``--fit-cores``)."""
+    from pathlib import Path
+
+    names = [Path(str(r["dir"])).name for r in runs]
+
+    def count(frame: pd.DataFrame) -> dict[str, int]:
+        got = frame.groupby("run").size()
+        return {names[int(k)]: int(v) for k, v in got.items() if v}
+
+    bound = alone[alone["host_ms"] > alone["table_ms"]]
+    sizes = alone.groupby("run")["batch_size"].nunique()
+    out: dict[str, Any] = {f"launch line of stage {s}": count(bound[bound["stage"] == s]) for s in range(n)}
+    out["per-row slopes (batch sizes seen alone: two or more)"] = {names[int(k)]: int(v) for k, v in sizes.items()
+                                                           if v >= 2}
+    out["copies, service_cv, stalls (executions alone)"] = count(alone)
+    out["launch_overhead_ms (every execution)"] = count(e)
+    out["admission_delay_ms (every query)"] = {nm: int(len(r["queries"])) for nm, r in zip(names, runs)}
+    out["host.cores (launches overlapping others, --fit-cores)"] = count(e[e["overlap"] >= 0.5])
+    return out
 
 
 PER_ROW_KEYS = ("launch_model_per_row_ms", "copy_per_row_ms", "first_copy_per_row_ms")  # slopes over the batch size
