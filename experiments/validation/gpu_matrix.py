@@ -21,14 +21,17 @@ What it runs, in this order (the most valuable first, each step written as soon 
 3. **overlap calibration**: four threads, each replaying one stage's CUDA graph on its own stream and
    synchronising after every call, against each stage alone, 100 calls each (the experiment of
    ``traces/gpu/h100/measured/overlap_4threads.csv``): BERT-base at batch 1 (length 64), ResNet152 and VGG19
-   at batches 1 and 8. ``overlap_4threads.csv``.
+   at batches 1 and 8, and the same with TorchScript stages (host-bound launches: BERT-base and ResNet152 at
+   batch 1, ResNet152 at 8; each stage's time alone kept, ``alone_ms_by_stage``). ``overlap_4threads.csv``.
 4. **DelayBatch and DVABatch replays**, one repeat of every case, then the second repeats. DelayBatch's window
    is the model's batch-1 latency in the table; DVABatch runs the parameters of the earlier H100 replays
    (:func:`dvasim.fitting.check.recorded_dvabatch`), written into each config so that the replay and the
    prediction run the same policy.
 5. **fit and predict** (CPU only; ``--analyse`` reruns it alone on a traces folder): ``dvasim fit`` on the
    ZeroBatch replays (:func:`dvasim.fitting.fit.fit`, with intervals), ``contention = "overlap"`` with the share
-   fitted on the batch-1 co-runs (:func:`dvasim.studies.contention.fit_share`; the batch-8 co-runs held out),
+   fitted on the batch-1 CUDA-graph co-runs (:func:`dvasim.studies.contention.fit_share`; the batch-8 co-runs
+   held out), the host's launching cores on the TorchScript ones (:func:`host_calibration`, for engines of
+   TorchScript stages),
    then every case simulated with its first replay's config on the table and the fitted engine
    (:func:`dvasim.fitting.check.score_case`) against the mean of its replays: ZeroBatch in-sample ("fit"),
    DelayBatch and DVABatch predicted. Also without contention (``none_err_*``) and with the default GPU-only
@@ -96,9 +99,14 @@ LOADS = (0.3, 0.6, 0.85)
 # the cuts of the GPU matrix (first operator of each stage; see the module docstring)
 CUTS = {"resnet152": [0, 39, 78, 118], "bert_base": [0, 15, 31, 47], "vgg19": [0, 7, 13, 19]}
 BERT_LENGTHS = (16, 32, 64, 128, 192, 256)  # the profiled lengths (the replays' graph buckets) of token models
-# the co-runs: (model, batch size, length); batch 1 calibrates the share, the others are held out
-CO_RUNS = (("bert_base", 1, 64), ("resnet152", 1, None), ("resnet152", 8, None), ("vgg19", 1, None),
-           ("vgg19", 8, None))
+# the co-runs: (model, batch size, length, modules). CUDA graphs: batch 1 calibrates the device's contention share,
+# the others are held out. TorchScript (host-bound launches): the host path's contention, as the launching cores
+# (dvasim.studies.contention.fit_host_cores); the H100 diagnostics left these blank (their alone runs included the
+# first calls' specialisation: these warm up first)
+CO_RUNS = (("bert_base", 1, 64, "cudagraph"), ("resnet152", 1, None, "cudagraph"), ("resnet152", 8, None, "cudagraph"),
+           ("vgg19", 1, None, "cudagraph"), ("vgg19", 8, None, "cudagraph"),
+           ("bert_base", 1, 64, "torchscript"), ("resnet152", 1, None, "torchscript"),
+           ("resnet152", 8, None, "torchscript"))
 # what the device machine's image lacks (/work/.library/device/KINDS.md): pip name, import name
 WHEELS = (("simpy==4.1.2", "simpy"),)
 DEVICE_COMMAND = ('run(command="PYTHONUNBUFFERED=1 python3 experiments/validation/gpu_matrix.py --wheels .whl", '
@@ -228,8 +236,9 @@ def make_plan(args) -> Plan:
                 Path(args.out) if args.out else None)
     if args.tiny:
         plan.max_batch, plan.calls, plan.profile_repeats, plan.profile_warmup = 4, 10, 2, 1
-        plan.co_runs = tuple((m, b, L) for m in models for b, L in ((1, 16 if m == "bert_base" else None),
-                                                                   (4, 16 if m == "bert_base" else None)))
+        plan.co_runs = tuple((m, b, L, mod) for m in models for b, L in ((1, 16 if m == "bert_base" else None),
+                                                                        (4, 16 if m == "bert_base" else None))
+                             for mod in ("cudagraph", "torchscript") if mod == "cudagraph" or b == 1)
     if device == "cpu":
         plan.table_device = "cpu"
     _places(plan, args)
@@ -601,24 +610,40 @@ class _HostOps:
         pass
 
 
-def co_run(setup, batch: int, length: int | None, calls: int, device: str) -> dict[str, Any]:
-    """Each stage of ``setup`` (its lane-0 CUDA graphs, those the replays run) called ``calls`` times alone, one
-    after the other, then all together, one thread each on its own stream, synchronising after every call (the
-    H100 experiment of ``overlap_4threads.csv``). ``overlap``: the alone times added up over the time together."""
+def co_run(setup, batch: int, length: int | None, calls: int, device: str,
+           modules: str = "cudagraph") -> dict[str, Any]:
+    """Each stage of ``setup`` (its lane-0 CUDA graphs, those the replays run; or, ``modules = "torchscript"``, its
+    TorchScript stages) called ``calls`` times alone, one after the other, then all together, one thread each on its
+    own stream, synchronising after every call (the H100 experiment of ``overlap_4threads.csv``). ``overlap``: the
+    alone times added up over the time together."""
     import threading
 
     import torch
 
-    graphs, bufs, n = setup.lane_stages[0], setup.buffers, setup.pipeline.n_stages
-    L = next((b for b in setup.buckets if length is not None and b >= length), None) or 1
+    n = setup.pipeline.n_stages
     gen = torch.Generator().manual_seed(batch)
-    x = (setup.model.example_input(batch, L, generator=gen) if setup.model.input_kind == "tokens"
-         else setup.model.example_input(batch, generator=gen))
-    rows = range(batch)
-    with torch.inference_mode():
-        bufs.write(0, 0, 0, rows, x, L)
-        for s, g in enumerate(graphs):
-            bufs.write(0, s + 1, 0, rows, g(bufs.read(0, s, 0, rows, L)), L)
+    if setup.lane_stages is not None:  # CUDA graphs: their static buffers hold each stage's input
+        graphs, bufs = setup.lane_stages[0], setup.buffers
+        L = next((b for b in setup.buckets if length is not None and b >= length), None) or 1
+        x = (setup.model.example_input(batch, L, generator=gen) if setup.model.input_kind == "tokens"
+             else setup.model.example_input(batch, generator=gen))
+        rows = range(batch)
+        with torch.inference_mode():
+            bufs.write(0, 0, 0, rows, x, L)
+            for s, g in enumerate(graphs):
+                bufs.write(0, s + 1, 0, rows, g(bufs.read(0, s, 0, rows, L)), L)
+        carries = [bufs.read(0, s, 0, rows, L) for s in range(n)]
+    else:  # modules called directly: each stage's input is the stage before's output
+        graphs = list(setup.stages)
+        L = int(length) if length is not None and setup.model.input_kind == "tokens" else None
+        x = (setup.model.example_input(batch, L, generator=gen) if L is not None
+             else setup.model.example_input(batch, generator=gen))
+        h = x.to(setup.device) if hasattr(x, "to") else x
+        carries = []
+        with torch.inference_mode():
+            for g in graphs:
+                carries.append(h)
+                h = g(h)
     if device == "cuda":
         from dvasim.model.stages.cuda import CudaOps
 
@@ -626,7 +651,6 @@ def co_run(setup, batch: int, length: int | None, calls: int, device: str) -> di
         torch.cuda.synchronize()
     else:
         ops = _HostOps()
-    carries = [bufs.read(0, s, 0, rows, L) for s in range(n)]
     streams, events = [ops.new_stream(s) for s in range(n)], [ops.new_event(s) for s in range(n)]
 
     def run(s: int, k: int) -> None:
@@ -657,24 +681,27 @@ def co_run(setup, batch: int, length: int | None, calls: int, device: str) -> di
         together = time.perf_counter() - t
     finally:
         torch.set_num_threads(prev)
-    return {"model": setup.resolved.name, "batch_size": batch, "seq_len": L if setup.buckets else None,
-            "modules": "cudagraph", "threads": n, "calls": calls, "alone_ms_min": round(min(alone) * 1e3 / calls, 5),
-            "alone_ms_max": round(max(alone) * 1e3 / calls, 5), "overlap": round(sum(alone) / together, 4)}
+    return {"model": setup.resolved.name, "batch_size": batch,
+            "seq_len": (L if setup.buckets else None) if setup.lane_stages is not None else L, "modules": modules, "threads": n, "calls": calls, "alone_ms_min": round(min(alone) * 1e3 / calls, 5),
+            "alone_ms_max": round(max(alone) * 1e3 / calls, 5), "overlap": round(sum(alone) / together, 4),
+            "alone_ms_by_stage": ";".join(f"{a * 1e3 / calls:.5f}" for a in alone)}
 
 
 OVERLAP_COLUMNS = ("model", "batch_size", "seq_len", "modules", "threads", "calls", "alone_ms_min", "alone_ms_max",
-                   "overlap")
+                   "overlap", "alone_ms_by_stage")
 
 
-def co_run_job(plan: Plan, log: Log, model: str, batch: int, length: int | None, info: dict) -> dict[str, Any]:
+def co_run_job(plan: Plan, log: Log, model: str, batch: int, length: int | None, modules: str,
+               info: dict) -> dict[str, Any]:
     """One co-run appended to ``overlap_4threads.csv`` (the shipped file's format, its provenance lines first)."""
     from dvasim.engines.replay.engine import prepare
 
     path = plan.traces / "overlap_4threads.csv"
     t = time.monotonic()
     cfg = case_config(plan, model, "zerobatch", round(plan.loads[0] * info["capacity_qps"], 1), info)
-    setup = prepare(cfg, device=plan.device, table=str(plan.traces / info["table"]))  # the replays' graphs
-    row = co_run(setup, batch, length, plan.calls, plan.device)
+    cfg["replay"] = {**cfg.get("replay", {}), "modules": modules}
+    setup = prepare(cfg, device=plan.device, table=str(plan.traces / info["table"]))  # the replays' stages
+    row = co_run(setup, batch, length, plan.calls, plan.device, modules)
     if not path.is_file():
         head = [f"source: experiments/validation/gpu_matrix.py on {plan.device} ({environment_line(plan)}); each "
                 "stage of the model (cut as in matrix.json) replayed as the replays' CUDA graph by its own thread "
@@ -700,7 +727,7 @@ def jobs(plan: Plan) -> list[tuple]:
     co-runs (the calibration), then one repeat of every other case, then the further repeats."""
     reps = range(1, plan.repeats + 1)
     zb = [("replay", m, "zerobatch", ld, r) for r in reps for m in plan.models for ld in plan.loads]
-    co = [("corun", m, b, L) for m, b, L in plan.co_runs if m in plan.models]
+    co = [("corun", m, b, L, mod) for m, b, L, mod in plan.co_runs if m in plan.models]
     others = [p for p in plan.policies if p != "zerobatch"]
     rest = [("replay", m, p, ld, r) for r in reps for m in plan.models for p in others for ld in plan.loads]
     return zb + co + rest
@@ -709,7 +736,7 @@ def jobs(plan: Plan) -> list[tuple]:
 def _job_name(job: tuple) -> str:
     if job[0] == "replay":
         return f"replay {case_name(*job[1:4])} r{job[4]}"
-    return f"co-run {job[1]} batch {job[2]}" + (f" length {job[3]}" if job[3] else "")
+    return f"co-run {job[1]} batch {job[2]}" + (f" length {job[3]}" if job[3] else "") + f" {job[4]}"
 
 
 def measure(plan: Plan, log: Log) -> None:
@@ -770,7 +797,7 @@ def _finished(plan: Plan, job: tuple) -> bool:
     from dvasim.studies.contention import load_overlaps
 
     have = load_overlaps(path, modules=None)
-    return bool(((have["model"] == job[1]) & (have["batch_size"] == job[2])).any())
+    return bool(((have["model"] == job[1]) & (have["batch_size"] == job[2]) & (have["modules"] == job[4])).any())
 
 
 def _capture(plan: Plan, log: Log, model: str, info: dict) -> bool:
@@ -892,6 +919,38 @@ def calibration(plan: Plan, log: Log) -> dict[str, Any] | None:
             "n_held_out": len(rows) - len(fit_on), "rows": rows}
 
 
+def host_calibration(plan: Plan, log: Log) -> dict[str, Any] | None:
+    """The host path's contention from the TorchScript co-runs: per co-run the launching cores whose simulated
+    co-run overlaps as measured (:func:`dvasim.studies.contention.fit_host_cores`: each stage's measured time
+    alone as its host work, its GPU time from this run's table), and their median. None without such a co-run.
+    (Not used by the predictions here, whose stages are CUDA graphs; for engines of TorchScript stages.)"""
+    import pandas as pd
+
+    from dvasim.model.table import LatencyTable
+    from dvasim.studies.contention import fit_host_cores, load_overlaps
+
+    path = plan.traces / "overlap_4threads.csv"
+    if not path.is_file():
+        return None
+    have = load_overlaps(path, modules="torchscript")
+    rows = [r for r in have.to_dict("records") if isinstance(r.get("alone_ms_by_stage"), str)]
+    for r in rows:
+        t = LatencyTable.load(plan.traces / f"{r['model']}_table.csv")
+        L = None if pd.isna(r["seq_len"]) or t.seq_lens is None else int(r["seq_len"])
+        b = int(r["batch_size"])
+        specs = [(t.latency(s, b, L), t.demand(s, b, L)) for s in range(t.n_stages)]
+        launch = [float(x) for x in r["alone_ms_by_stage"].split(";")]
+        r["host_bound_stages"] = sum(la > g for la, (g, _) in zip(launch, specs))
+        r["cores"] = round(fit_host_cores(specs, launch, int(r["calls"]), float(r["overlap"])), 2)
+    if not rows:
+        return None
+    cores = float(pd.Series([r["cores"] for r in rows]).median())
+    log("host calibration: launching cores " + "; ".join(
+        f"{r['model']} b{int(r['batch_size'])}: overlap {r['overlap']:.2f}x -> {r['cores']:.2f} cores" for r in rows)
+        + f"; median {cores:.2f}")
+    return {"cores": cores, "rows": rows}
+
+
 def fit_model(plan: Plan, log: Log, model: str, table: Path, cases: dict, summary_json: Path,
               cal: dict | None) -> tuple[Path | None, Path | None, dict[str, Any]]:
     """``dvasim fit`` on the model's ZeroBatch replays (less the cases whose runs are noise), written as
@@ -1010,6 +1069,9 @@ def analyse(plan: Plan, log: Log) -> dict[str, Any]:
     cal = calibration(plan, log)
     if cal is not None:
         pd.DataFrame(cal["rows"]).to_csv(plan.summary / "calibration.csv", index=False)
+    host_cal = host_calibration(plan, log)
+    if host_cal is not None:
+        pd.DataFrame(host_cal["rows"]).to_csv(plan.summary / "calibration_host.csv", index=False)
     rows, fits = [], {}
     for m in plan.models:
         if not (plan.traces / f"{m}_table.csv").is_file():
@@ -1025,6 +1087,8 @@ def analyse(plan: Plan, log: Log) -> dict[str, Any]:
               "targets": {"within_15_25_5": "mean 15%, p99 25%, throughput 5%",
                           "within_5_10_3": "mean 5%, p99 10%, throughput 3%"},
               "contention": {k: v for k, v in (cal or {}).items() if k != "rows"} or None,
+              "host_contention": None if host_cal is None else {"cores": host_cal["cores"],
+                                                                "n_co_runs": len(host_cal["rows"])},
               "with_contention": counts(rows), "without_contention": counts(rows, "none_err_"),
               "default_engine": counts(rows, "before_err_"), "noise_floor": noise_floor(rows), "fits": fits,
               "skipped": [s["job"] for s in steps if s["status"] == "skipped"],

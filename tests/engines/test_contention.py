@@ -173,3 +173,18 @@ def test_bad_values_are_refused_in_one_line(engine, field):
     with pytest.raises(ConfigError) as e:
         resolve(_config(**engine))
     assert e.value.field == field and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("measured", [1.0, 1.5, 2.0, 3.0])
+def test_host_cores_from_a_co_run_of_host_bound_stages(measured):
+    """Four host-bound stages (1 ms of host work a call against 0.1 ms on the GPU): processor sharing on c cores
+    overlaps them min(c, 4) times, so a measured overlap of m calibrates about m cores (hand-worked), and the
+    simulated co-run at the fitted cores gives the measurement back."""
+    from dvasim.studies.contention import fit_host_cores, four_threads
+
+    specs = [(0.1, 0.2)] * 4
+    c = fit_host_cores(specs, [1.0] * 4, 50, measured)
+    assert c == pytest.approx(measured, abs=0.05)
+    again = four_threads(specs, "none", calls=50, launch_ms=[1.0] * 4, cores=c)["overlap"]
+    assert again == pytest.approx(measured, rel=0.02)
+    assert four_threads(specs, "none", calls=50, launch_ms=[1.0] * 4, cores=16)["overlap"] == pytest.approx(4.0, rel=0.02)

@@ -94,7 +94,11 @@ def test_tables_calibration_and_provenance(tiny):
     info = json.loads((t / "matrix.json").read_text())
     assert set(info) == set(MODELS) and all(i["capacity_qps"] > 0 for i in info.values())
     steps = [json.loads(x) for x in (t / "progress.jsonl").read_text().splitlines()]
-    assert {s["status"] for s in steps} == {"done"} and len(steps) == 2 + 24 + 4  # profiles, replays, co-runs
+    # profiles, replays, co-runs (CUDA graphs at batch 1 and 4, TorchScript at batch 1)
+    assert {s["status"] for s in steps} == {"done"} and len(steps) == 2 + 24 + 6
+    ts = load_overlaps(t / "overlap_4threads.csv", modules="torchscript")
+    assert sorted(zip(ts["model"], ts["batch_size"])) == [("bert_base", 1), ("vgg19", 1)]
+    assert all(len(x.split(";")) == 2 for x in ts["alone_ms_by_stage"])  # each stage's time alone
     assert "Measured, not modelled" in (t / "README.md").read_text() and (t / "run.log").stat().st_size > 0
 
 
@@ -117,6 +121,9 @@ def test_summary_fit_and_prediction(tiny):
         assert 0 <= c["within_5_10_3"] <= c["within_15_25_5"] <= c["scored"] <= 8
     assert res["noise_floor"]["cases_with_repeats"] == 12 and res["skipped"] == [] and res["failed"] == {}
     assert 0.0 <= res["contention"]["share"] <= 1.0 and len(pd.read_csv(s / "calibration.csv")) == 4
+    # the host path's contention from the TorchScript co-runs: launching cores between 1 and the threads (2)
+    host = pd.read_csv(s / "calibration_host.csv")
+    assert len(host) == 2 and host["cores"].between(1.0, 2.0).all() and 1.0 <= res["host_contention"]["cores"] <= 2.0
     for m in MODELS:
         eng = tomllib.loads((s / f"engine_{m}.toml").read_text())
         assert eng["engine"]["contention"] == "overlap" and "launch_fixed_ms" in eng["engine"]["host"]
@@ -156,7 +163,7 @@ def test_a_spent_budget_skips_steps_and_still_writes_the_summary(tmp_path, capsy
             "--budget-s", "1"]
     assert load().main(argv) == 0
     res = json.loads((tmp_path / "s" / "summary.json").read_text())
-    assert len(res["skipped"]) == 4 + 2 + 8 and res["with_contention"]["scored"] == 0  # replays, co-runs
+    assert len(res["skipped"]) == 4 + 3 + 8 and res["with_contention"]["scored"] == 0  # replays, co-runs
     assert "skipped (estimated" in capsys.readouterr().out
     assert "(budget)" in (tmp_path / "t" / "README.md").read_text()
 
