@@ -300,6 +300,12 @@ def step_down(holds, rate: float, floor: float, resolution: float) -> tuple[floa
         if lo <= floor or k >= MAX_DOUBLINGS:
             return 0.0, f"no rate down to {lo:g} qps held a long run"
         hi, k = lo, k + 1
+    return bisect(holds, lo, hi, resolution)[0], ""
+
+
+def bisect(holds, lo: float, hi: float, resolution: float) -> tuple[float, float]:
+    """The bracket ``(lo, hi)`` (``lo`` holds, ``hi`` does not) bisected in log scale until ``hi / lo - 1 <=
+    resolution``, at most :data:`MAX_BISECTIONS` times: the final bracket."""
     for _ in range(MAX_BISECTIONS):
         if hi / lo - 1.0 <= resolution:
             break
@@ -308,7 +314,7 @@ def step_down(holds, rate: float, floor: float, resolution: float) -> tuple[floa
             lo = mid
         else:
             hi = mid
-    return lo, ""
+    return lo, hi
 
 
 def _one_search(job: tuple[dict[str, Any], Any, bool], progress=None) -> dict[str, Any]:
@@ -686,17 +692,9 @@ def bracket_and_bisect(probe, lo: float, hi: float, max_doublings: int,
     if not top_exceeded:
         return lo, (lo, math.inf), False, (f"the SLO still held at {lo:g} qps (the top of the bracket was never "
                                            f"exceeded): the capacity is at least that")
-    for _ in range(MAX_BISECTIONS):
-        if hi / lo - 1.0 <= resolution:
-            break
-        mid = math.sqrt(lo * hi)
-        if probe(mid):
-            lo = mid
-        else:
-            hi = mid
-    else:
-        if hi / lo - 1.0 > resolution:
-            return lo, (lo, hi), True, f"stopped after {MAX_BISECTIONS} bisections at hi / lo - 1 = {hi / lo - 1:.3g}"
+    lo, hi = bisect(probe, lo, hi, resolution)
+    if hi / lo - 1.0 > resolution:
+        return lo, (lo, hi), True, f"stopped after {MAX_BISECTIONS} bisections at hi / lo - 1 = {hi / lo - 1:.3g}"
     return lo, (lo, hi), True, ""
 
 

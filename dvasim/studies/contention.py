@@ -185,20 +185,7 @@ def fit_host_cores(specs: Sequence[tuple[float, float]], launch_ms: Sequence[flo
         got = four_threads(specs, "none", calls=int(calls), launch_ms=list(launch_ms), cores=c)["overlap"]
         return math.log(got / float(overlap)) ** 2
 
-    lo, hi = 1.0, float(max(1, n))
-    g = (math.sqrt(5.0) - 1.0) / 2.0
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = loss(a), loss(b)
-    while hi - lo > tol:
-        if fa <= fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = loss(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = loss(b)
-    return (lo + hi) / 2.0
+    return golden(loss, 1.0, float(max(1, n)), tol)
 
 
 def fit_share(specs: Sequence[Sequence[tuple[float, float]]], calls: Sequence[int], overlaps: Sequence[float],
@@ -213,7 +200,11 @@ def fit_share(specs: Sequence[Sequence[tuple[float, float]]], calls: Sequence[in
     def loss(k: float) -> float:
         return sum(math.log(four_threads(s, "overlap", k, calls=c)["overlap"] / m) ** 2 for s, c, m in cases)
 
-    lo, hi = 0.0, 1.0
+    return golden(loss, 0.0, 1.0, tol)
+
+
+def golden(loss, lo: float, hi: float, tol: float) -> float:
+    """The minimum of a unimodal ``loss`` on ``[lo, hi]`` by golden-section search, to ``tol``."""
     g = (math.sqrt(5.0) - 1.0) / 2.0
     a, b = hi - g * (hi - lo), lo + g * (hi - lo)
     fa, fb = loss(a), loss(b)
