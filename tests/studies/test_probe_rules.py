@@ -71,7 +71,10 @@ def md1_config(tmp_path, seed: int) -> dict:
             "workload": {"kind": "poisson", "rate_qps": 100.0, "n_queries": 1000, "seed": seed}}
 
 
-@pytest.mark.parametrize("searches", [2, pytest.param(5, marks=pytest.mark.slow)])
+# (85 s with 2 searches: under `make test-slow`, with 5; the default suite holds the search and its long-run
+# confirmation to the same exact capacity with 2 s probes, tests/studies/test_capacity_confirm.py)
+@pytest.mark.slow
+@pytest.mark.parametrize("searches", [2, 5])
 def test_md1_capacity_under_a_p99_is_found_below_its_exact_value_and_near_it(tmp_path, searches):
     """D = 1 ms, p99 <= 10 ms: the exact capacity is 773.5 qps (1% of queries later than 10 ms). The search must
     never overstate it beyond its resolution, and must find at least the rate at which a quarter of the allowed
