@@ -647,7 +647,7 @@ def co_run(setup, batch: int, length: int | None, calls: int, device: str,
     if device == "cuda":
         from dvasim.model.stages.cuda import CudaOps
 
-        ops: Any = CudaOps(bufs.device)
+        ops: Any = CudaOps(setup.device)  # (the TorchScript stages have no buffers: the setup's device)
         torch.cuda.synchronize()
     else:
         ops = _HostOps()

@@ -241,3 +241,32 @@ def test_sigterm_during_the_run_writes_the_records_and_exits_143(tmp_path, capsy
     assert rc == 143 and err == ["dvasim replay: interrupted by SIGTERM; the records collected so far are written"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["n_completed"] < 11
+
+
+def test_a_warm_up_blocked_inside_a_stage_call_is_abandoned_after_the_stop_request(monkeypatch):
+    """The H200 hang (traces/gpu_matrix/h200_2026-11-28/device_call3_bert_hang.log): every executor blocked in a
+    synchronisation of its warm-up, which asks the stop request only between passes, so the replay's time limit
+    never fired. start() now asks it itself and gives up ``warm_grace_s`` after it, naming the blocked executor."""
+    import time
+
+    setup = prepare(cfg("vgg19", "zerobatch", stages=2))
+    release, real = threading.Event(), ReplayEngine._warm
+
+    def warm(self, lane, stage, rows, L=None):
+        if stage == 1:
+            release.wait(60)  # a call that does not return (released when the test ends)
+        return real(self, lane, stage, rows, L)
+
+    monkeypatch.setattr(ReplayEngine, "_warm", warm)
+    t0 = time.monotonic()
+    eng = make_engine(setup, warmup=1, warm_grace_s=0.5,
+                      stop=lambda: "the time limit" if time.monotonic() - t0 > 1.0 else None)
+    try:
+        with pytest.raises(Stopped, match=r"during the warm-up: dvasim-executor-1 still inside a stage call 0.5 s"):
+            eng.run(setup.workload.arrivals_ms, setup.workload.seq_lens)
+        assert 1.4 < time.monotonic() - t0 < 30  # the limit, then the grace (not the 60 s of the blocked call)
+        assert eng._abandoned and eng._warmed == [True, False]
+    finally:
+        release.set()
+    eng._threads[1].join(10)
+    assert not eng._threads[1].is_alive()  # released, it sees the stop and ends

@@ -200,3 +200,29 @@ def test_a_file_where_a_folder_goes_is_refused(tmp_path, capsys):
     f.write_text("x")
     assert load().main(["--cpu", "--tiny", "--traces", str(f)]) == 2
     assert capsys.readouterr().err.startswith("gpu_matrix.py: error: --traces: ")
+
+
+@pytest.mark.torch
+def test_the_torchscript_co_run_takes_its_cuda_calls_from_the_setup(monkeypatch):
+    """On the H200 (traces/gpu_matrix/h200_2026-11-28/run.log) both TorchScript co-runs failed with
+    ``UnboundLocalError: bufs``: the CUDA branch named the graphs' buffers, which TorchScript stages do not have.
+    Here the CUDA branch runs through a stand-in of CudaOps (a call runs at once), so it must ask the setup."""
+    torch = pytest.importorskip("torch")
+    import dvasim.model.stages.cuda as cuda
+    from dvasim.engines.replay.engine import prepare
+
+    mod = load()
+    made = []
+
+    class Ops(mod._HostOps):
+        def __init__(self, device):
+            made.append(str(device))
+
+    monkeypatch.setattr(cuda, "CudaOps", Ops)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    cfg = {"model": {"name": "vgg19", "device": "cpu", "stages": 2}, "policy": {"name": "zerobatch", "max_batch_size": 4},
+           "workload": {"kind": "poisson", "rate_qps": 100.0, "n_queries": 4, "seed": 1},
+           "replay": {"modules": "torchscript"}}
+    row = mod.co_run(prepare(cfg), 1, None, 3, "cuda", "torchscript")
+    assert made == ["cpu"] and row["modules"] == "torchscript" and row["overlap"] > 0
+    assert len(row["alone_ms_by_stage"].split(";")) == 2

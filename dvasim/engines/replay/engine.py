@@ -59,7 +59,9 @@ stop (e.g. ``"SIGTERM"``) or None, as :func:`dvasim.api.run` does (``dvasim repl
 answer). It is asked between two steps of the start-up (before each co-run combination of E-Ebird's offline
 profile and between its rounds, between two graph captures: :class:`Stopped` is raised, with no CUDA graph capture
 open), between the executors' warm-up passes, and by the front door on every wake-up (at most ``poll_s`` apart)
-during the run, which then stops as for SIGINT (``interrupted``).
+during the run, which then stops as for SIGINT (``interrupted``). An executor blocked inside a stage call during
+its warm-up (a device hang) cannot see it: :meth:`ReplayEngine.start` waits ``warm_grace_s`` (5 s) after the
+request, then abandons the run with :class:`Stopped` naming the blocked executors, instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ from dvasim.core.query import Query
 from dvasim.model.stages.buffers import BufferSet, InputStore
 from dvasim.model.stages.cuda import CudaOps  # noqa: F401  (tests and callers name it here)
 from dvasim.model.stages.graphs import Stopped  # noqa: F401  (raised by prepare on a stop request)
+
+WARM_GRACE_S = 5.0  # after a stop request, how long the warm-up's executors get to notice it (ReplayEngine)
 
 __all__ = [
     "CudaOps",
@@ -197,7 +201,8 @@ class ReplayEngine:
                  stage_labels: list[str] | None = None, on_exit: Callable[[list[Query]], None] | None = None,
                  warmup: int = 2, warmup_rows: int | None = None, poll_s: float = 0.05, spin_ms: float = 0.3, on_fail: Callable[[ReplayError], None] | None = None,
                  lane_stages: list[list] | None = None, buckets: list[int] | None = None,
-                 lane_sizes: list[list[int] | None] | None = None, stop: Callable[[], str | None] | None = None):
+                 lane_sizes: list[list[int] | None] | None = None, stop: Callable[[], str | None] | None = None,
+                 warm_grace_s: float = WARM_GRACE_S):
         self.pipeline = pipeline
         self.n_stages = pipeline.n_stages
         if len(stages) != self.n_stages:
@@ -235,7 +240,12 @@ class ReplayEngine:
         self.lock = threading.Condition(threading.RLock())
         self._mail: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(self.n_exec)]
         self._threads: list[threading.Thread] = []
-        self._ready = threading.Barrier(self.n_exec + 1)
+        # the warm-up's end: each executor marks itself warm, then waits for the clock (start())
+        self._warm_cv = threading.Condition()
+        self._warmed = [False] * self.n_exec
+        self._go = threading.Event()
+        self._abandoned = False  # executors left blocked in their warm-up (start() stopped waiting for them)
+        self.warm_grace_s = float(warm_grace_s)
         self.t0 = time.perf_counter()
         self.queries: list[Query] = []
         self._sample: dict[int, int] = {}  # query id -> input sample
@@ -270,18 +280,44 @@ class ReplayEngine:
             t = threading.Thread(target=self._executor, args=(k,), name=f"dvasim-executor-{k}", daemon=True)
             t.start()
             self._threads.append(t)
-        self._ready.wait()
+        self._wait_warm()
+        self._go.set()
         # no cyclic garbage collection while timing: a full collection can stall every thread for milliseconds
         gc.collect()
         self._gc_was_enabled = gc.isenabled()
         gc.disable()
         self.t0 = time.perf_counter()
 
+    def _wait_warm(self) -> None:
+        """Until every executor has finished its warm-up. A stop request (SIGINT, a caller's time limit) is asked
+        every half second; executors that see it end their warm-up at the next pass. Those still not warm
+        ``warm_grace_s`` after the stop request are blocked inside a stage call (on a GPU: a kernel or a
+        synchronisation that never returns, measured once on an H200, ``traces/gpu_matrix/h200_2026-11-28/``):
+        they are abandoned (daemon threads) and :class:`Stopped` names them, rather than the run waiting forever."""
+        since = None
+        with self._warm_cv:
+            while not all(self._warmed):
+                self._warm_cv.wait(timeout=0.5)
+                if all(self._warmed) or self.stop_request is None:
+                    continue
+                why = self.stop_request()
+                if why is None:
+                    continue
+                since = time.monotonic() if since is None else since
+                if time.monotonic() - since >= self.warm_grace_s:
+                    names = [self._threads[k].name for k, w in enumerate(self._warmed) if not w]
+                    self._abandoned = True
+                    raise Stopped(why, f"stopped by {why} during the warm-up: {', '.join(names)} still inside a "
+                                       f"stage call {self.warm_grace_s:g} s later (on a GPU: a kernel or a "
+                                       "synchronisation that does not return); the replay is abandoned")
+
     def _shutdown(self) -> None:
+        self._go.set()
         for m in self._mail:
             m.put(None)
         for t in self._threads:
-            t.join()
+            if not self._abandoned:
+                t.join()
         if getattr(self, "_gc_was_enabled", False):
             gc.enable()
         if self._prev_threads is not None:
@@ -493,7 +529,10 @@ class ReplayEngine:
                 warm_error = e
             else:
                 warm_error = None
-            self._ready.wait()
+            with self._warm_cv:
+                self._warmed[k] = True
+                self._warm_cv.notify_all()
+            self._go.wait()
             while True:
                 ex = self._mail[k].get()
                 if ex is None:
