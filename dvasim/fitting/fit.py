@@ -32,8 +32,9 @@ it. From these the fit takes, per stage, the host model of :mod:`dvasim.server.h
   slicing (:func:`copy_law`): ``copy_ms``, ``copy_per_row_ms`` the median over the stages after the first (the
   buffer copy every stage pays); the first stage's copy also moves the batch's input from the host (ResNet152 on
   the H100: 0.15 ms more per row, a 602,112-byte image at 4 GB/s; BERT-base: 0.19 ms more per batch): its excess
-  is written as ``first_copy_ms`` / ``first_copy_per_row_ms``, held under the interpreter lock as the replay holds
-  it (any slicing has a first stage);
+  is written as ``first_copy_ms`` / ``first_copy_per_row_ms`` (any slicing has a first stage). The simulator
+  holds a copy's fixed part under the interpreter lock and runs its per-row part on a core without it, as torch's
+  copy bindings do (:meth:`dvasim.server.host.HostModel.copy_rows`);
 * where the cuts leave the intercept unresolvable (time-even cuts give every stage nearly the same operators),
   ``launch_per_op_ms`` comes from the middle stages and the first and last stages' differences from it are
   ``first_launch_ms`` / ``last_launch_ms`` (the model's input and output sides: BERT-base's embedding and head);
@@ -367,7 +368,8 @@ def copy_law(copy_a, copy_c, model: str | None = None, seq_len: float | None = N
     n = len(a)
     how = (f"copy_ms, copy_per_row_ms: the median of stages 1..{n - 1}'s copy lines (the buffer copy every stage "
            f"pays); first_copy_ms {extra_a:+.4f} and first_copy_per_row_ms {extra_c:+.5f}: what the first stage "
-           "copies more (the batch's inputs brought in), under the interpreter lock")
+           "copies more (the batch's inputs brought in; the fixed part under the interpreter lock, the per-row part on a "
+           "core without it)")
     (i_b, i_tok, _), why = model_io(model)
     row_bytes = i_b + i_tok * float(seq_len or 0.0)
     if extra_c > 0 and row_bytes > 0:

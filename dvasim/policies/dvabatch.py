@@ -725,8 +725,8 @@ def serial_host_cost(served, n_stages: int):
         return None
     entry = batch is not None and getattr(batch, "python_level", False)
     if not entry and not host.locks_launch and host.python_ms <= 0 and not any(host.copy_ms) \
-            and not any(host.copy_per_row_ms):
-        return None
+            and not (host.copy_lock == "all" and any(host.copy_per_row_ms)):
+        return None  # (the copies' per-row part runs without the lock: HostModel.copy_rows)
 
     def cost(rows: int, seq_len: int) -> float:
         L = seq_len if seq_len else None

@@ -14,9 +14,11 @@ predicts a capacity four times too high. This module models the host side:
 * launches run on ``cores`` launching cores (processor sharing: ``n`` launches at once on ``cores`` cores each
   progress at ``min(1, cores / n)``);
 * Python-level work is serialised by one interpreter lock (the GIL, a second processor-sharing resource of
-  capacity one): the copies and ``python_ms`` of every launch, and for ``modules = "eager"`` the launch itself
-  (an eager stage returns to the interpreter between operators). TorchScript and CUDA-graph launches run their
-  kernels' launching in C++ without the lock;
+  capacity one): the copies' fixed cost ``copy_ms`` and ``python_ms`` of every launch, and for ``modules =
+  "eager"`` the launch itself (an eager stage returns to the interpreter between operators). TorchScript and
+  CUDA-graph launches run their kernels' launching in C++ without the lock, and so do the copies' per-row part
+  ``copy_per_row_ms * b`` (torch's copy bindings release the lock: :meth:`HostModel.copy_rows`), which runs on a
+  launching core before the GPU starts;
 * a launch stalls with probability ``stall_prob`` (``stall_cluster_prob`` within ``stall_window_ms`` after another
   stall began: a disturbed host stalls in bursts) for an extra host time drawn from the quantiles ``stall_ms``
   (measured: 1-3 % of the H100 replays' launches took 3-25 ms longer than any batch size explains; rare, but
@@ -67,10 +69,11 @@ HOST = Section("engine.host", "the host of a GPU run: launch costs, launching co
     Key("first_launch_ms", "number", "more (or, negative, less) launch cost of the first stage than its operators imply (ms; the model's input side: any slicing has a first stage)"),
     Key("last_launch_ms", "number", 'more (or less) launch cost of the last stage than its operators imply (ms; the output side)'),
     Key("first_copy_ms", "number", "more copy cost of the first stage's launch: the batch's inputs brought in (ms, under the lock)"),
-    Key("first_copy_per_row_ms", "number", 'more copy cost of the first stage per batch row (ms, under the lock)'),
+    Key("first_copy_per_row_ms", "number", 'more copy cost of the first stage per batch row (ms; on a core, without the lock)'),
     Key("launch_scale", "number", 'factor on every launch cost (a host faster or slower than the profiled one)', default=1.0, minimum=0, strict=True),
     Key("copy_ms", "per_stage", 'per-stage buffer-copy cost of a launch at batch 0 (number or list, ms; holds the interpreter lock)', minimum=0),
-    Key("copy_per_row_ms", "per_stage", 'per-stage growth of the copy cost per batch row (number or list, ms)', minimum=0),
+    Key("copy_per_row_ms", "per_stage", 'per-stage growth of the copy cost per batch row (number or list, ms; on a core, without the interpreter lock)', minimum=0),
+    Key("copy_lock", "choice", 'what of a copy holds the interpreter lock: "fixed" (copy_ms alone; the per-row part runs on a core, as torch\'s copy bindings release the lock) or "all" (the whole copy: the model before 2026-11-28, which also stands in for a host whose driver calls serialise)', default="fixed", choices=("fixed", "all")),
     Key("python_ms", "number", 'Python-level cost of every launch that holds the interpreter lock (ms)', default=0.0, minimum=0),
     Key("gpu_table", "path", "a per-stage table of GPU time (CUDA graph replays, dvasim profile --device cuda) for the device model; the policy still decides with [model]'s table"),
     Key("stall_prob", "number", 'probability that a launch stalls (the host thread descheduled, a re-specialising TorchScript call)', default=0.0, minimum=0, maximum=1),
@@ -177,6 +180,7 @@ class HostModel:
     copy_ms: list[float] = field(default_factory=list)
     copy_per_row_ms: list[float] = field(default_factory=list)
     python_ms: float = 0.0
+    copy_lock: str = "fixed"  # "all": the per-row part of the copies holds the lock too
     table: LaunchTable | None = None
     stall_prob: float = 0.0
     stall_ms: list[float] = field(default_factory=list)
@@ -207,12 +211,27 @@ class HostModel:
         return base * self.launch_scale
 
     def locked(self, stage: int, batch_size: int) -> float:
-        """Python-level work before the launch (copies + interpreter overhead), holding the lock."""
-        return self.copy_ms[stage] + self.copy_per_row_ms[stage] * batch_size + self.python_ms
+        """Python-level work before the launch (the copies' fixed cost + interpreter overhead), holding the lock."""
+        if self.copy_lock == "all":
+            return self.copy_ms[stage] + self.copy_per_row_ms[stage] * batch_size + self.python_ms
+        return self.copy_ms[stage] + self.python_ms
+
+    def copy_rows(self, stage: int, batch_size: int) -> float:
+        """The copies' per-row part, after the locked work and before the GPU starts, on a launching core and
+        without the interpreter lock: the bytes are moved inside torch's ``copy_`` / ``to`` / ``index_select``,
+        whose Python bindings release the lock around the call (``dispatch_copy_`` and ``dispatch_to`` in
+        torch/csrc/autograd/python_variable_methods.cpp: ``pybind11::gil_scoped_release``), as the replay's input
+        gather and buffer copies run them (:meth:`dvasim.model.stages.buffers.InputStore.gather`,
+        :meth:`~dvasim.model.stages.buffers.BufferSet.write`). Measured on the H200 matrix
+        (traces/gpu_matrix/h200_2026-11-28): the first stage's 3 ms input copy at batch 16 did not stop the other
+        stages' executors; held under the lock, it made the simulated DVABatch saturate at 0.85 load.)
+        ``copy_lock = "all"``: 0 (the part is in :meth:`locked`)."""
+        return 0.0 if self.copy_lock == "all" else self.copy_per_row_ms[stage] * batch_size
 
     def describe(self) -> dict[str, Any]:
         out = {"modules": self.modules, "cores": self.cores, "launch_scale": self.launch_scale,
-               "copy_ms": self.copy_ms, "copy_per_row_ms": self.copy_per_row_ms, "python_ms": self.python_ms}
+               "copy_ms": self.copy_ms, "copy_per_row_ms": self.copy_per_row_ms, "copy_lock": self.copy_lock,
+               "python_ms": self.python_ms}
         if self.stall_prob > 0 or self.stall_cluster_prob:
             out.update(stall_prob=self.stall_prob, stall_ms=self.stall_ms)
             if self.stall_cluster_prob is not None:
@@ -266,7 +285,7 @@ def host_from_config(d: dict | None, n_stages: int, base_dir: str | None = None,
         n_stages=n_stages, modules=get["modules"], cores=float(get["cores"]),
         launch_ms=launch_ms, launch_per_row_ms=_per_stage(d, "launch_per_row_ms", n_stages),
         launch_scale=float(get["launch_scale"]), copy_ms=copy_ms,
-        copy_per_row_ms=copy_per_row, python_ms=float(get["python_ms"]), table=table,
+        copy_per_row_ms=copy_per_row, python_ms=float(get["python_ms"]), copy_lock=str(get["copy_lock"]), table=table,
         stall_prob=float(get["stall_prob"]), stall_ms=stall, gpu_table=gpu_table,
         stall_cluster_prob=d.get("stall_cluster_prob"), stall_window_ms=float(get["stall_window_ms"]), law=law,
         operators=ops if law else None,

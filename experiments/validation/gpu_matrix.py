@@ -46,6 +46,17 @@ summary made from it, and what was skipped is listed in ``progress.jsonl``, the 
 co-runs 5 s, fit and prediction 30-60 s. A rerun on a folder resumes: finished replays, tables and co-runs are
 kept.
 
+Hangs: on CUDA (or with ``--supervise``) the matrix measures in a child process, this script again. Each step
+writes ``current_step.json`` with its deadline (profile 240 s, capture 120 s, co-run 90 s, replay three times its
+planned length plus 90 s; ``--step-limit-s`` caps them all); a step past it has the child killed, is recorded
+``hung`` with its model, and a new child resumes the matrix with that model's GPU steps skipped (at most four
+children; a child that dies in a step is treated alike, ``died``). Measured on the first GPU run (an H200,
+``traces/gpu_matrix/h200_2026-11-28/DEVICE_CALLS.md``): BERT-base's first replay blocked in its warm-up's
+synchronisations for the rest of the device call, 540 s, because the replay's own time limit is asked between
+warm-up passes only. The replay now also gives up on a blocked warm-up itself (``ReplayEngine.warm_grace_s``), but
+a device that does not return cannot be trusted for the next replay in the same process, hence the child.
+``--no-supervise`` measures in this process.
+
 Outputs: ``traces/gpu_matrix/<gpu>_<date>/`` (``README.md`` and ``environment.json`` with GPU, driver, torch,
 CUDA, cuDNN, Python and date; the tables, ``overlap_4threads.csv``, ``<model>_summary.json`` and per replay
 ``<model>_<policy>_<load>/r<k>/`` with ``config.toml``, ``queries.csv.gz``, ``executions.csv.gz``,
@@ -72,6 +83,7 @@ Bad flags print one line naming the flag and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import importlib.util
 import json
@@ -83,6 +95,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +132,12 @@ METRICS = tuple(TARGETS)
 SEED = 7
 QOS_MS = 200.0
 REEXEC = "DVASIM_GPU_MATRIX_SITE"  # set when restarted with the installed wheels on the path
+CHILD = "DVASIM_GPU_MATRIX_CHILD"  # set in the measuring child of :func:`supervise` (its number)
+T0_UNIX = "DVASIM_GPU_MATRIX_T0"  # the supervisor's start (Unix time): the child's budget counts from it
+HANG = "DVASIM_GPU_MATRIX_HANG"  # tests: the child blocks forever in the step of this name (a device hang)
+STEP_FILE = "current_step.json"  # the child's step in progress, with its deadline (read by the supervisor)
+STEP_LIMIT_S = {"profile": 240.0, "capture": 120.0, "co-run": 90.0}  # a replay: 3 x planned + 90 s
+CHILDREN = 4  # measuring children started at most (one per hang, and the first)
 
 
 class Usage(Exception):
@@ -150,6 +169,8 @@ class Plan:
     profile_warmup: int = 2
     table_device: str = "h100"  # the [model] device whose table cuts the model (the policy uses the profile)
     cuts: dict[str, list[int]] = field(default_factory=dict)
+    step_limit_s: float | None = None  # caps every step's hang limit (:func:`watch`)
+    supervise: bool = False  # measure in a child process that a hang can be killed in (:func:`supervise`)
     t0: float = field(default_factory=time.monotonic)
 
     def elapsed(self) -> float:
@@ -207,6 +228,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", default=None, help="the summary folder (default experiments/validation/gpu)")
     p.add_argument("--out", default=os.environ.get("OUT") or None,
                    help="pack everything into one tar.gz here (default: $OUT, where set)")
+    p.add_argument("--supervise", action="store_true",
+                   help="measure in a child process, killed and restarted past a step's hang limit (default on CUDA)")
+    p.add_argument("--no-supervise", action="store_true", help="measure in this process (a hang then waits forever)")
+    p.add_argument("--step-limit-s", default=None,
+                   help="the longest any one step may take before it counts as hung (default: per step kind)")
     p.add_argument("--analyse", action="store_true", help="only fit and predict from --traces (no torch, no GPU)")
     p.add_argument("--wheels", default=None, help="install what is missing from this folder of wheels first")
     p.add_argument("--download-wheels", default=None, metavar="DIR",
@@ -241,6 +267,11 @@ def make_plan(args) -> Plan:
                              for mod in ("cudagraph", "torchscript") if mod == "cudagraph" or b == 1)
     if device == "cpu":
         plan.table_device = "cpu"
+    if args.step_limit_s is not None:
+        plan.step_limit_s = _number(args.step_limit_s, "--step-limit-s", 1, 86_400, what="a number of seconds")
+    plan.supervise = (device == "cuda" or args.supervise) and not args.no_supervise and not args.analyse
+    if os.environ.get(T0_UNIX):  # a supervisor's child: the budget counts from the supervisor's start
+        plan.t0 = time.monotonic() - max(0.0, time.time() - float(os.environ[T0_UNIX]))
     _places(plan, args)
     return plan
 
@@ -523,15 +554,54 @@ def matrix_info(plan: Plan, log: Log, model: str, table_path: Path) -> dict[str,
     return info
 
 
+SATURATE = 3.0  # the saturation replay offers this many times the table's capacity
+
+
+def measure_capacity(plan: Plan, log: Log, model: str, info: dict) -> dict[str, Any]:
+    """The loads' reference measured, not simulated: a ZeroBatch replay of ``--queries`` queries offered at
+    :data:`SATURATE` times the table's capacity (``saturation_<model>/r1/``, kept with the others); its
+    throughput becomes ``capacity_qps`` and the rates are fractions of it (``table_capacity_qps`` keeps the
+    simulated one). Why: the table holds GPU time only, and on the H200 (``traces/gpu_matrix/h200_2026-11-28``,
+    loads from the table) ZeroBatch served 1,343-1,423 qps of ResNet152 at 0.6 and 0.85 of a 2,522 qps table
+    capacity: both loads were overloads, whose 1,000-query latencies measure the run's length, not the server.
+    Where the replay fails, the table's capacity stays (``capacity_from`` says which)."""
+    if "table_capacity_qps" in info:
+        return info
+    rate = round(SATURATE * info["capacity_qps"], 1)
+    folder = plan.traces / f"saturation_{model}" / "r1"
+    got: dict[str, Any] = {}
+    if not (folder / "summary.json").is_file():
+        got = replay_job(plan, log, model, "zerobatch", SATURATE, 1, info, folder=folder)
+    summ = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
+    thr = float(summ.get("throughput_qps") or 0.0)
+    new = dict(info, table_capacity_qps=info["capacity_qps"])
+    if got.get("status", "done") == "done" and thr > 0:
+        new.update(capacity_qps=round(thr, 1), capacity_from=f"measured: ZeroBatch replay of {plan.n_queries} "
+                   f"queries offered at {rate:g} qps ({SATURATE:g}x the table's capacity), {folder.parent.name}")
+    else:
+        new["capacity_from"] = f"the table (the saturation replay did not finish: {got.get('error', 'no summary')})"
+    new["rates_qps"] = {f"{ld:g}": round(ld * new["capacity_qps"], 1) for ld in plan.loads}
+    book = plan.traces / "matrix.json"
+    known = json.loads(book.read_text()) if book.is_file() else {}
+    known[model] = new
+    book.write_text(json.dumps(known, indent=1) + "\n")
+    log(f"{model}: capacity {new['capacity_qps']:.0f} qps ({new['capacity_from']}; the table says "
+        f"{info['capacity_qps']:.0f}); rates " + ", ".join(f"{k} -> {v}" for k, v in new["rates_qps"].items()))
+    log.step(f"saturate {model}", "done" if "measured" in new["capacity_from"] else "failed",
+             capacity_qps=new["capacity_qps"], table_capacity_qps=info["capacity_qps"])
+    return new
+
+
 # ----------------------------------------------------------------------------- one replay
-def replay_job(plan: Plan, log: Log, model: str, policy: str, load: float, rep: int, info: dict) -> dict[str, Any]:
+def replay_job(plan: Plan, log: Log, model: str, policy: str, load: float, rep: int, info: dict,
+               folder: Path | None = None) -> dict[str, Any]:
     """Replay one case once and write its folder ``<case>/r<rep>/`` whole (written under ``.partial`` and renamed):
     ``config.toml``, ``queries.csv.gz``, ``executions.csv.gz``, ``summary.json``, ``config.json``. A replay past
     three times its planned length plus 30 s (or past the budget and a minute) is stopped: its records so far
     are written and it is marked interrupted."""
     from dvasim.engines.replay.engine import ReplayError, Stopped, replay
 
-    folder = plan.traces / case_name(model, policy, load) / f"r{rep}"
+    folder = folder or plan.traces / case_name(model, policy, load) / f"r{rep}"
     rate = round(load * info["capacity_qps"], 1)
     cfg = case_config(plan, model, policy, rate, info)
     planned = plan.n_queries / rate
@@ -753,9 +823,14 @@ def measure(plan: Plan, log: Log) -> None:
     book.write_text(json.dumps({"runs": [*runs, environment(plan)]}, indent=1, default=str) + "\n")
     write_readme(plan, log)
     infos, setup_s = {}, {}
+    hung = hung_models(log)
     for m in plan.models:
+        if m in hung and not (plan.traces / f"{m}_table.csv").is_file():
+            log(f"profile {m}: skipped (an earlier step hung: {hung[m]})")
+            continue
         try:
-            infos[m] = matrix_info(plan, log, m, profile(plan, log, m))
+            with watch(plan, f"profile {m}", m, STEP_LIMIT_S["profile"]):
+                infos[m] = matrix_info(plan, log, m, profile(plan, log, m))
         except Exception as e:  # a model that cannot be profiled: its steps are skipped, the others run
             log(f"profile {m}: FAILED {type(e).__name__}: {e}")
             log.step(f"profile {m}", "failed", error=f"{type(e).__name__}: {e}")
@@ -763,12 +838,23 @@ def measure(plan: Plan, log: Log) -> None:
     last_pack = time.monotonic()
     with reused_graphs():
         for m in list(infos):  # every model's graphs captured once, before the replays' clocks start
-            if not _capture(plan, log, m, infos[m]):
-                infos.pop(m)
+            if m in hung:
+                log(f"{m}: its GPU steps are skipped (an earlier step hung: {hung[m]})")
+                continue
+            with watch(plan, f"capture {m}", m, STEP_LIMIT_S["capture"]):
+                if not _capture(plan, log, m, infos[m]):
+                    infos.pop(m)
+                    continue
+            with watch(plan, f"saturate {m}", m, 3.0 * plan.n_queries / infos[m]["capacity_qps"] + 90.0):
+                infos[m] = measure_capacity(plan, log, m, infos[m])
         for job in jobs(plan):
             name, m = _job_name(job), job[1]
             if m not in infos:
                 log.step(name, "skipped", reason="no table")
+                continue
+            if m in hung:
+                if name != hung[m] and not _finished(plan, job):
+                    log.step(name, "skipped", reason=f"an earlier step of {m} hung ({hung[m]})")
                 continue
             if _finished(plan, job):  # (a resumed run: kept, whatever the budget)
                 continue
@@ -778,13 +864,90 @@ def measure(plan: Plan, log: Log) -> None:
                 log(f"{name}: skipped (estimated {est:.0f} s, {max(plan.left(), 0):.0f} s of the budget left)")
                 log.step(name, "skipped", reason="budget", estimate_s=round(est, 1))
                 continue
-            got = _run_job(plan, log, job, infos[m])
+            limit = (3.0 * plan.n_queries / (job[3] * infos[m]["capacity_qps"]) + 90.0 if job[0] == "replay"
+                     else STEP_LIMIT_S["co-run"])
+            with watch(plan, name, m, limit):
+                got = _run_job(plan, log, job, infos[m])
             if got.get("status") in ("done", "interrupted") and job[0] == "replay":
                 setup_s[m] = max(0.5, got["wall_s"] - got["planned_s"])  # a replay's time beyond its arrivals
             if plan.out is not None and time.monotonic() - last_pack > 30.0:
                 pack(plan, log, quiet=True)
                 last_pack = time.monotonic()
     write_readme(plan, log)
+
+
+@contextlib.contextmanager
+def watch(plan: Plan, step: str, model: str, limit_s: float):
+    """While the block runs, ``current_step.json`` names the step, its model and its deadline (``limit_s`` from
+    now, capped by ``--step-limit-s``), for :func:`supervise`. In a test (``$DVASIM_GPU_MATRIX_HANG`` names the
+    step, in a supervised child) the step blocks forever, as the H200's BERT-base replay did."""
+    if plan.step_limit_s is not None:
+        limit_s = min(limit_s, plan.step_limit_s)
+    path = plan.traces / STEP_FILE
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(json.dumps({"step": step, "model": model, "limit_s": round(limit_s, 1),
+                               "deadline_unix": time.time() + limit_s, "pid": os.getpid()}))
+    os.replace(tmp, path)
+    try:
+        if os.environ.get(CHILD) and os.environ.get(HANG) == step:
+            threading.Event().wait()  # (a test's hang: only the supervisor ends it)
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def hung_models(log: Log) -> dict[str, str]:
+    """model -> the step of it that hung (or whose process died) in an earlier child: its GPU steps are skipped
+    (and that step keeps its record)."""
+    return {s["model"]: s["job"] for s in log.steps() if s["status"] in ("hung", "died") and s.get("model")}
+
+
+def supervise(plan: Plan, log: Log, argv: list[str]) -> int:
+    """Measure in a child process (this script again, ``$DVASIM_GPU_MATRIX_CHILD`` set), watching its
+    ``current_step.json``. A step past its deadline (a device hang: on the H200 a BERT-base replay's warm-up never
+    returned, and the replay's own time limit, asked between passes, never fired) gets the child killed; the step
+    is recorded ``hung`` with its model, and a new child resumes the matrix (finished steps are kept) with that
+    model's GPU steps skipped. A child that dies likewise (``died``). The child fits, predicts and packs; if no
+    child gets that far, this process does, on the CPU."""
+    path = plan.traces / STEP_FILE
+    env = dict(os.environ, **{T0_UNIX: str(time.time() - plan.elapsed())})
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv]
+    for k in range(1, CHILDREN + 1):
+        path.unlink(missing_ok=True)
+        proc = subprocess.Popen(cmd, env={**env, CHILD: str(k)})
+        cur: dict | None = None
+        try:
+            while proc.poll() is None:
+                time.sleep(0.5)
+                try:
+                    cur = json.loads(path.read_text())
+                except (OSError, ValueError):
+                    cur = None
+                if cur is not None and time.time() > cur["deadline_unix"]:
+                    proc.kill()
+                    proc.wait()
+                    break
+        except BaseException:
+            proc.kill()
+            raise
+        if proc.returncode == 0:
+            return 0
+        what = "hung" if cur is not None and time.time() > cur["deadline_unix"] else "died"
+        if cur is None:  # died outside any step: nothing to blame, nothing to skip
+            log(f"measuring child {k}: exited with status {proc.returncode} outside a step")
+            log.step(f"child {k}", "died", status=proc.returncode)
+            continue
+        log(f"{cur['step']}: {what.upper()} (" + (f"past its limit of {cur['limit_s']:g} s; the child is killed"
+                                                 if what == "hung" else f"the child exited with status "
+                                                                        f"{proc.returncode}")
+            + f"); {cur['model']}'s remaining GPU steps are skipped")
+        log.step(cur["step"], what, model=cur["model"], limit_s=cur["limit_s"], child=k)
+    path.unlink(missing_ok=True)
+    log(f"{CHILDREN} measuring children ended without finishing: fit and predict here")
+    write_readme(plan, log)
+    analyse(plan, log)
+    pack(plan, log)
+    return 0
 
 
 def _finished(plan: Plan, job: tuple) -> bool:
@@ -1094,6 +1257,7 @@ def analyse(plan: Plan, log: Log) -> dict[str, Any]:
               "skipped": [s["job"] for s in steps if s["status"] == "skipped"],
               "failed": {s["job"]: s.get("error") for s in steps if s["status"] == "failed"},
               "interrupted": [s["job"] for s in steps if s["status"] == "interrupted"],
+              "hung": {s["job"]: s.get("limit_s") for s in steps if s["status"] in ("hung", "died")},
               "cases": rows}
     pd.DataFrame(rows).to_csv(plan.summary / "summary.csv", index=False)
     (plan.summary / "summary.json").write_text(json.dumps(_finite(result), indent=1, default=_json_num) + "\n")
@@ -1145,6 +1309,9 @@ def summary_markdown(res: dict[str, Any]) -> str:
             lines.append(f"* {what}: {', '.join(res[what])}")
     if res["failed"]:
         lines.append("* failed: " + "; ".join(f"{k} ({v})" for k, v in res["failed"].items()))
+    if res.get("hung"):
+        lines.append("* hung (the measuring process killed past the step's limit; the model's later GPU steps "
+                     "skipped): " + "; ".join(f"{k} (limit {v} s)" for k, v in res["hung"].items()))
     lines += ["", "| case | role | runs | throughput | mean | p99 | spread thr / mean / p99 | no contention: mean / p99 "
               "| verdict |", "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for r in res["cases"]:
@@ -1162,7 +1329,8 @@ def write_readme(plan: Plan, log: Log) -> None:
     """The traces folder's ``README.md``: what was run, on what, and the files."""
     env = _last_environment(plan) or {}
     steps = log.steps()
-    by = {st: [s["job"] for s in steps if s["status"] == st] for st in ("done", "skipped", "failed", "interrupted")}
+    by = {st: [s["job"] for s in steps if s["status"] == st]
+          for st in ("done", "skipped", "failed", "interrupted", "hung", "died")}
     git = env.get("dvasim") or {}
     commit = (f"commit {git['commit'][:10]}" + (" with local changes" if git.get("local_changes") else "")
               if git.get("commit") else git.get("note", "commit unknown"))
@@ -1175,7 +1343,9 @@ def write_readme(plan: Plan, log: Log) -> None:
             f"RTE lengths), max batch {plan.max_batch}, 2 buffer pairs, stages as CUDA graphs (`[replay] modules = "
             f"\"cudagraph\"`; on the CPU the stand-in graphs), the policy deciding with the table profiled first. "
             f"Steps done: {len(by['done'])}; skipped (budget {plan.budget_s:g} s): {len(by['skipped'])}; failed: "
-            f"{len(by['failed'])}; interrupted: {len(by['interrupted'])}.")
+            f"{len(by['failed'])}; interrupted: {len(by['interrupted'])}"
+            + "".join(f"; {st} (the measuring process killed or dead in it; its model's later GPU steps skipped): "
+                      + ", ".join(by[st]) for st in ("hung", "died") if by[st]) + ".")
     text = f"""# GPU matrix traces: {_tag(plan)}
 
 **Measured, not modelled.** Written by `experiments/validation/gpu_matrix.py` ({'tiny, ' if plan.tiny else ''}on
@@ -1245,8 +1415,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_matrix.py: error: {e}", file=sys.stderr)
         return 2
     log = Log(plan)
-    log(f"gpu matrix on {plan.device}{' (tiny)' if plan.tiny else ''}: traces {_rel(plan.traces)}, summary "
+    log(f"gpu matrix on {plan.device}{' (tiny)' if plan.tiny else ''}"
+        + (f" (measuring child {os.environ[CHILD]})" if os.environ.get(CHILD) else "")
+        + (" (supervising)" if plan.supervise and not os.environ.get(CHILD) else "") + f": traces {_rel(plan.traces)}, summary "
         f"{_rel(plan.summary)}, budget {plan.budget_s:g} s" + (", analysis only" if args.analyse else ""))
+    if plan.supervise and not os.environ.get(CHILD):
+        return supervise(plan, log, argv)
     if not args.analyse:
         measure(plan, log)
     analyse(plan, log)

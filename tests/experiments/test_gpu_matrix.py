@@ -93,9 +93,16 @@ def test_tables_calibration_and_provenance(tiny):
     assert {"date_utc", "python", "torch", "cuda", "device", "gpu", "dvasim"} <= set(env)
     info = json.loads((t / "matrix.json").read_text())
     assert set(info) == set(MODELS) and all(i["capacity_qps"] > 0 for i in info.values())
+    for m, i in info.items():  # the loads are fractions of a measured ZeroBatch capacity, not the table's
+        assert i["capacity_from"].startswith("measured") and i["table_capacity_qps"] > 0
+        sat = json.loads((t / f"saturation_{m}" / "r1" / "summary.json").read_text())
+        assert i["capacity_qps"] == round(sat["throughput_qps"], 1) and sat["n_completed"] == 12
+        assert i["rates_qps"] == {ld: round(float(ld) * i["capacity_qps"], 1) for ld in LOADS}
+        cfg = tomllib.loads((t / f"{m}_zerobatch_0.85" / "r1" / "config.toml").read_text())
+        assert cfg["workload"]["rate_qps"] == i["rates_qps"]["0.85"]
     steps = [json.loads(x) for x in (t / "progress.jsonl").read_text().splitlines()]
-    # profiles, replays, co-runs (CUDA graphs at batch 1 and 4, TorchScript at batch 1)
-    assert {s["status"] for s in steps} == {"done"} and len(steps) == 2 + 24 + 6
+    # profiles, saturation replays, replays, co-runs (CUDA graphs at batch 1 and 4, TorchScript at batch 1)
+    assert {s["status"] for s in steps} == {"done"} and len(steps) == 2 + 2 + 24 + 6
     ts = load_overlaps(t / "overlap_4threads.csv", modules="torchscript")
     assert sorted(zip(ts["model"], ts["batch_size"])) == [("bert_base", 1), ("vgg19", 1)]
     assert all(len(x.split(";")) == 2 for x in ts["alone_ms_by_stage"])  # each stage's time alone
@@ -226,3 +233,35 @@ def test_the_torchscript_co_run_takes_its_cuda_calls_from_the_setup(monkeypatch)
     row = mod.co_run(prepare(cfg), 1, None, 3, "cuda", "torchscript")
     assert made == ["cpu"] and row["modules"] == "torchscript" and row["overlap"] > 0
     assert len(row["alone_ms_by_stage"].split(";")) == 2
+
+
+@pytest.mark.torch
+def test_a_hung_step_is_killed_and_the_matrix_goes_on_without_its_model(tmp_path, monkeypatch):
+    """On the H200 a BERT-base replay blocked in its warm-up for the rest of the device call (600 s), and nothing
+    after it ran. Supervised, the matrix measures in a child process; a step past its limit (here 3 s) has the child
+    killed, is recorded ``hung`` with its model, and a new child resumes with that model's GPU steps skipped. The
+    hang is injected (``$DVASIM_GPU_MATRIX_HANG``: the child blocks in that step forever); every step's limit is
+    capped at 8 s (the tiny steps take under 4 s on a busy 2-core machine)."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("DVASIM_GPU_MATRIX_HANG", "replay vgg19_zerobatch_0.3 r1")
+    argv = ["--cpu", "--tiny", "--supervise", "--step-limit-s", "8", "--policies", "zerobatch,dvabatch",
+            "--loads", "0.3", "--repeats", "1", "--traces", str(tmp_path / "t"), "--summary", str(tmp_path / "s")]
+    assert load().main(argv) == 0
+    steps = {}
+    for line in (tmp_path / "t" / "progress.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        steps[rec["job"]] = rec
+    hung = steps["replay vgg19_zerobatch_0.3 r1"]
+    assert hung["status"] == "hung" and hung["model"] == "vgg19" and hung["limit_s"] == 8 and hung["child"] == 1
+    assert steps["replay vgg19_dvabatch_0.3 r1"]["status"] == "skipped"  # the hung model's later steps
+    assert "hung" in steps["replay vgg19_dvabatch_0.3 r1"]["reason"]
+    assert steps["replay bert_base_zerobatch_0.3 r1"]["status"] == "done"  # the other model's, in the next child
+    assert steps["replay bert_base_dvabatch_0.3 r1"]["status"] == "done"
+    assert not (tmp_path / "t" / "current_step.json").exists()
+    res = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert res["hung"] == {"replay vgg19_zerobatch_0.3 r1": 8}
+    assert [(c["model"], c["policy"], c["n_runs"]) for c in res["cases"] if c["n_runs"]] == [
+        ("bert_base", "zerobatch", 1), ("bert_base", "dvabatch", 1)]
+    assert "hung (the measuring process killed" in (tmp_path / "t" / "README.md").read_text()
+    log = (tmp_path / "t" / "run.log").read_text()
+    assert "measuring child 2" in log and "HUNG (past its limit of 8 s" in log

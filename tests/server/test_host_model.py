@@ -64,6 +64,31 @@ def test_copies_hold_the_lock_even_for_torchscript():
     assert latencies(0.1, h, [0.0, 0.0], instances=2) == pytest.approx([3.0, 3.0])
 
 
+def test_the_copies_per_row_part_runs_on_a_core_without_the_lock():
+    """HostModel.copy_rows: torch's copy_/to bindings release the interpreter lock (python_variable_methods.cpp,
+    dispatch_copy_ / dispatch_to), so two executors' per-row copies run side by side on their cores, after the
+    locked fixed part and before the GPU starts."""
+    # two instances, two single queries at t=0: fixed copies 0.5 ms each under the lock (shared: both at 1.0),
+    # then 1 ms of per-row copy each on its own core (2.0), then launch 1 ms beside 0.1 ms of GPU: 3.0
+    h = host(launch_ms=[1.0], copy_ms=[0.5], copy_per_row_ms=[1.0], modules="cudagraph", cores=16)
+    assert latencies(0.1, h, [0.0, 0.0], instances=2) == pytest.approx([3.0, 3.0])
+    # one launching core: the per-row copies share it (both end at 1.0 + 2.0), then the launches do (+2.0)
+    h1 = host(launch_ms=[1.0], copy_ms=[0.5], copy_per_row_ms=[1.0], modules="cudagraph", cores=1)
+    assert latencies(0.1, h1, [0.0, 0.0], instances=2) == pytest.approx([5.0, 5.0])
+    # the GPU starts after the copies: 0.5 + 1.0 + max(launch 1.0, GPU 3.0) = 4.5 for one query alone
+    assert latencies(3.0, h, [0.0]) == pytest.approx([4.5])
+    # it grows with the batch: four queries as one batch copy 4 ms of rows
+    assert latencies(0.1, h, [0.0] * 4, max_batch=4) == pytest.approx([5.5] * 4)
+    assert h.locked(0, 4) == 0.5 and h.copy_rows(0, 4) == 4.0
+    # copy_lock = "all" (the model before): the whole copy under the lock, shared: 1.5 + 1.5 = 3.0, then 1.0
+    ha = host_from_config({"launch_ms": 1.0, "copy_ms": 0.5, "copy_per_row_ms": 1.0, "modules": "cudagraph",
+                           "copy_lock": "all"}, 1)
+    assert ha.locked(0, 4) == 4.5 and ha.copy_rows(0, 4) == 0.0
+    assert latencies(0.1, ha, [0.0, 0.0], instances=2) == pytest.approx([4.0, 4.0])
+    with pytest.raises(ConfigError, match="copy_lock"):
+        host_from_config({"launch_ms": 1.0, "copy_lock": "some"}, 1)
+
+
 def test_saturated_throughput_is_batch_over_host_time():
     # one stage, ZeroBatch up to 8, every execution c + launch = 0.5 + 1.5 = 2 ms (GPU 0.4 ms): 4000 qps
     h = host(launch_ms=[1.5], copy_ms=[0.5])

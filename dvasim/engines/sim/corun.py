@@ -36,7 +36,8 @@ class WorkerCosts:
     very host model and per-batch costs the engine charges (:func:`dvasim.engines.sim.engine.simulate`), so that
     the search and the engine cannot drift apart:
 
-    * every stage: the Python-level work ``host.locked(s, b)`` under the interpreter lock, then its launch
+    * every stage: the Python-level work ``host.locked(s, b)`` under the interpreter lock, the copies' per-row
+      part ``host.copy_rows(s, b)`` on a core without it, then its launch
       ``host.launch(s, b)`` on the host's cores while the GPU runs it (under the lock where ``host.locks_launch``:
       eager launching), the stage ending when both are done;
     * at the first stage, with per-batch costs: the batch's entry (``batch.entry_host_ms``) and its copy
@@ -138,6 +139,9 @@ class _CoRun:
             locked = self.host.locked(s, b) if costs is not None else 0.0
             if locked > 0:
                 yield self.lock.run(locked)
+            rows = self.host.copy_rows(s, b) if costs is not None else 0.0
+            if rows > 0:  # the copies' per-row part, without the lock (HostModel.copy_rows)
+                yield self.env.timeout(rows) if spare else self.cores.run(rows)
             if first and batch.idle_between_batches:  # before the GPU starts
                 yield from self.entry(b)
             gpu = self.dev.run(profile.latency(s, b, seq_len), profile.demand(s, b, seq_len))

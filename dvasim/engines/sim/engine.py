@@ -529,18 +529,19 @@ class Simulation:
         self.wake_later = self._wake_host
         # the host's costs of a launch and of a batch's entry and exit, by what they depend on (computed once:
         # the host model and the stack's costs do not change during a run)
-        self.launch_costs: dict[tuple[int, int, int], tuple[float, float, float, float]] = {}
+        self.launch_costs: dict[tuple[int, int, int], tuple[float, float, float, float, float]] = {}
         self.batch_costs_of: dict[tuple[int, int], tuple[float, float, float]] = {}
 
-    def _launch_costs(self, ex, b: int) -> tuple[float, float, float, float]:
+    def _launch_costs(self, ex, b: int) -> tuple[float, float, float, float, float]:
         """Execution ``ex``'s (charged ``b`` rows) host costs before its jitter: the Python-level work holding
-        the lock, the GPU's time and demand, the launch."""
+        the lock, the copies' per-row part (on a core, without the lock), the GPU's time and demand, the launch."""
         key = (ex.stage, b, ex.seq_len)
         got = self.launch_costs.get(key)
         if got is None:
             host = self.host
             g, demand = host.gpu(ex)
-            got = self.launch_costs[key] = (host.locked(ex.stage, b), g, demand, host.launch(ex.stage, b, ex.seq_len))
+            got = self.launch_costs[key] = (host.locked(ex.stage, b), host.copy_rows(ex.stage, b), g, demand,
+                                            host.launch(ex.stage, b, ex.seq_len))
         return got
 
     def _batch_costs(self, b: int, seq_len: int) -> tuple[float, float, float]:
@@ -599,7 +600,8 @@ class Simulation:
         self.device.settle()
 
     def _host_launch(self, ex):
-        """Hand-off and Python-level copies (holding the lock), then the launch on a core while the GPU works;
+        """Hand-off and Python-level copies (holding the lock), the copies' per-row part (on a core), then the
+        launch on a core while the GPU works;
         with per-batch costs the batch's entry at its first stage and its exit after its last."""
         env, host, batch_costs, lock = self.env, self.host, self.batch_costs, self.interpreter_lock
         if self.copy_on_launch and ex.stage == 0:  # first the batch's input copy ([engine.transfer])
@@ -608,10 +610,12 @@ class Simulation:
                 yield env.timeout(copy)
         f = self._draw_jitter() if self.jittered else 1.0
         b = ex.charged_batch_size  # a padding policy's dummy rows are copied and launched too
-        locked, g, demand, launch = self._launch_costs(ex, b)
+        locked, rows, g, demand, launch = self._launch_costs(ex, b)
         locked = locked * f + self.launch_overhead_ms
         if locked > 0:
             yield lock.run(locked)
+        if rows > 0:  # the copies' per-row part: torch's copy releases the lock (HostModel.copy_rows)
+            yield env.timeout(rows * f) if self.cores_to_spare else self.host_cores.run(rows * f)
         entry = batch_costs is not None and ex.stage == 0  # the requests' handling, the inputs' gathering, copy
         if entry and batch_costs.idle_between_batches:  # before the GPU starts: it idles for this instance
             yield from self._batch_entry(ex, b)
