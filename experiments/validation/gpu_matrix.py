@@ -10,8 +10,9 @@ What it runs, in this order (the most valuable first, each step written as soon 
 1. **profile**: each model's four stages as CUDA graphs, GPU time at every batch size 1..16 (BERT-base: lengths
    16, 32, 64, 128 and 192, which holds RTE's longest input, 176), and the host's launch cost of a graph
    (:func:`dvasim.fitting.validate.gpu_stage_table`): ``<model>_table.csv`` (+ ``.launch.csv``). The replays'
-   policy decides with it, and the predictions simulate on it. The loads are 0.3, 0.6 and 0.85 of the
-   simulator's saturated ZeroBatch throughput on that table.
+   policy decides with it, and the predictions simulate on it. After the model's graphs are captured, a
+   saturation replay (ZeroBatch offered 3x the table's capacity: :func:`measure_capacity`) measures its capacity;
+   the loads are 0.3, 0.6 and 0.85 of that (the table's GPU time alone overstated it 1.8-2x on the H200).
 2. **ZeroBatch replays** of ResNet152, BERT-base (GLUE RTE lengths) and VGG19 at the three loads, twice
    (:func:`dvasim.engines.replay.replay`, ``[replay] modules = "cudagraph"``, one stream per stage executor, max
    batch 16, 2 buffer pairs, Poisson arrivals, seed 7, ``--queries`` per replay). Cuts: ResNet152 0/39/78/118
@@ -41,10 +42,10 @@ Time: sized for about 8 minutes of one H100 in one device call. Measuring stops 
 ``--budget-s`` (default 420 s) is spent or a step's estimate would overrun it; a replay is stopped (and marked
 ``interrupted``, not scored) at three times its planned length plus 30 s. Everything finished is written, the
 summary made from it, and what was skipped is listed in ``progress.jsonl``, the traces' ``README.md`` and
-``summary.json``. Estimated on an H100 with 1,000 queries a replay: profiling 40-60 s, graph captures 10 s
-(once per model: :func:`dvasim.engines.replay.engine.reused_graphs`), 54 replays about 90 s (35 s of serving),
-co-runs 5 s, fit and prediction 30-60 s. A rerun on a folder resumes: finished replays, tables and co-runs are
-kept.
+``summary.json``. Measured on an H200 (2026-11-28) with 1,000 queries a replay: profiles 9-13 s (BERT-base 21 s),
+graph captures 0.3-2.4 s (once per model: :func:`dvasim.engines.replay.engine.reused_graphs`), a replay 0.8-1.9 s,
+a co-run 0.3-1 s, fit and prediction 21 s: about 150 s for the three models' 57 replays if nothing hangs. A rerun
+on a folder resumes: finished replays, tables and co-runs are kept.
 
 Hangs: on CUDA (or with ``--supervise``) the matrix measures in a child process, this script again. Each step
 writes ``current_step.json`` with its deadline (profile 240 s, capture 120 s, co-run 90 s, replay three times its
@@ -1338,8 +1339,9 @@ def write_readme(plan: Plan, log: Log) -> None:
                f"Python {env.get('python')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN "
                f"{env.get('cudnn')}, TF32 {env.get('tf32_matmul')}, started {env.get('date_utc')}, dvasim {commit}")
     what = (f"{', '.join(plan.models)} (cuts in `matrix.json`) under {', '.join(plan.policies)} at "
-            f"{', '.join(f'{x:g}' for x in plan.loads)} of the simulator's saturated ZeroBatch throughput on each "
-            f"model's table, {plan.repeats} replays each, {plan.n_queries} Poisson queries (seed {SEED}; BERT: GLUE "
+            f"{', '.join(f'{x:g}' for x in plan.loads)} of each model's ZeroBatch capacity (`matrix.json`: measured "
+            f"by a saturation replay, `saturation_<model>/`, or the table's where that failed), {plan.repeats} "
+            f"replays each, {plan.n_queries} Poisson queries (seed {SEED}; BERT: GLUE "
             f"RTE lengths), max batch {plan.max_batch}, 2 buffer pairs, stages as CUDA graphs (`[replay] modules = "
             f"\"cudagraph\"`; on the CPU the stand-in graphs), the policy deciding with the table profiled first. "
             f"Steps done: {len(by['done'])}; skipped (budget {plan.budget_s:g} s): {len(by['skipped'])}; failed: "
