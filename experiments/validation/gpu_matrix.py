@@ -49,14 +49,15 @@ on a folder resumes: finished replays, tables and co-runs are kept.
 
 Hangs: on CUDA (or with ``--supervise``) the matrix measures in a child process, this script again. Each step
 writes ``current_step.json`` with its deadline (profile 240 s, capture 120 s, co-run 90 s, replay three times its
-planned length plus 90 s; ``--step-limit-s`` caps them all); a step past it has the child killed, is recorded
+planned length plus 45 s; ``--step-limit-s`` caps them all); a step past it has the child killed, is recorded
 ``hung`` with its model, and a new child resumes the matrix with that model's GPU steps skipped (at most four
 children; a child that dies in a step is treated alike, ``died``). Measured on the first GPU run (an H200,
 ``traces/gpu_matrix/h200_2026-11-28/DEVICE_CALLS.md``): BERT-base's first replay blocked in its warm-up's
 synchronisations for the rest of the device call, 540 s, because the replay's own time limit is asked between
-warm-up passes only. The replay now also gives up on a blocked warm-up itself (``ReplayEngine.warm_grace_s``), but
-a device that does not return cannot be trusted for the next replay in the same process, hence the child.
-``--no-supervise`` measures in this process.
+warm-up passes only. The replay now also gives up on a blocked warm-up itself (``ReplayEngine.warm_grace_s``: at
+three times its planned length plus 35 s); that step is recorded ``hung`` and the child ends (status 75) for a
+fresh process to resume, since a device that did not return cannot be trusted for the next replay in the same
+CUDA context. ``--no-supervise`` measures in this process (the model skipped after a hang there too).
 
 Outputs: ``traces/gpu_matrix/<gpu>_<date>/`` (``README.md`` and ``environment.json`` with GPU, driver, torch,
 CUDA, cuDNN, Python and date; the tables, ``overlap_4threads.csv``, ``<model>_summary.json`` and per replay
@@ -137,8 +138,9 @@ CHILD = "DVASIM_GPU_MATRIX_CHILD"  # set in the measuring child of :func:`superv
 T0_UNIX = "DVASIM_GPU_MATRIX_T0"  # the supervisor's start (Unix time): the child's budget counts from it
 HANG = "DVASIM_GPU_MATRIX_HANG"  # tests: the child blocks forever in the step of this name (a device hang)
 STEP_FILE = "current_step.json"  # the child's step in progress, with its deadline (read by the supervisor)
-STEP_LIMIT_S = {"profile": 240.0, "capture": 120.0, "co-run": 90.0}  # a replay: 3 x planned + 90 s
+STEP_LIMIT_S = {"profile": 240.0, "capture": 120.0, "co-run": 90.0}  # a replay: 3 x planned + 45 s
 CHILDREN = 4  # measuring children started at most (one per hang, and the first)
+HUNG_EXIT = 75  # a measuring child's status after it recorded a step whose stage calls did not return
 
 
 class Usage(Exception):
@@ -573,6 +575,11 @@ def measure_capacity(plan: Plan, log: Log, model: str, info: dict) -> dict[str, 
     got: dict[str, Any] = {}
     if not (folder / "summary.json").is_file():
         got = replay_job(plan, log, model, "zerobatch", SATURATE, 1, info, folder=folder)
+        if got.get("status") == "hung":
+            log.step(f"saturate {model}", "hung", **{k: v for k, v in got.items() if k != "status"})
+            log(f"saturate {model}: HUNG ({got['error']})")
+            gave_up(plan, log)
+            return info
     summ = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
     thr = float(summ.get("throughput_qps") or 0.0)
     new = dict(info, table_capacity_qps=info["capacity_qps"])
@@ -619,6 +626,8 @@ def replay_job(plan: Plan, log: Log, model: str, policy: str, load: float, rep: 
     try:
         res = replay(cfg, device=plan.device, table=str(plan.traces / info["table"]), stop=stop)
     except Stopped as e:
+        if getattr(e, "blocked", None):  # the warm-up's stage calls never returned: the device cannot be trusted
+            return {"status": "hung", "error": str(e), "model": model, "limit_s": round(limit, 1)}
         return {"status": "failed", "error": f"stopped during start-up: {e}"}
     except ReplayError as e:
         res = getattr(e, "run_result", None)
@@ -846,8 +855,10 @@ def measure(plan: Plan, log: Log) -> None:
                 if not _capture(plan, log, m, infos[m]):
                     infos.pop(m)
                     continue
-            with watch(plan, f"saturate {m}", m, 3.0 * plan.n_queries / infos[m]["capacity_qps"] + 90.0):
+            with watch(plan, f"saturate {m}", m, 3.0 * plan.n_queries / infos[m]["capacity_qps"] + 45.0):
                 infos[m] = measure_capacity(plan, log, m, infos[m])
+            if "table_capacity_qps" not in infos[m]:  # its saturation replay hung (unsupervised: go on without it)
+                hung[m] = f"saturate {m}"
         for job in jobs(plan):
             name, m = _job_name(job), job[1]
             if m not in infos:
@@ -865,10 +876,14 @@ def measure(plan: Plan, log: Log) -> None:
                 log(f"{name}: skipped (estimated {est:.0f} s, {max(plan.left(), 0):.0f} s of the budget left)")
                 log.step(name, "skipped", reason="budget", estimate_s=round(est, 1))
                 continue
-            limit = (3.0 * plan.n_queries / (job[3] * infos[m]["capacity_qps"]) + 90.0 if job[0] == "replay"
+            limit = (3.0 * plan.n_queries / (job[3] * infos[m]["capacity_qps"]) + 45.0 if job[0] == "replay"
                      else STEP_LIMIT_S["co-run"])
             with watch(plan, name, m, limit):
                 got = _run_job(plan, log, job, infos[m])
+            if got.get("status") == "hung":
+                gave_up(plan, log)
+                hung[m] = name
+                continue
             if got.get("status") in ("done", "interrupted") and job[0] == "replay":
                 setup_s[m] = max(0.5, got["wall_s"] - got["planned_s"])  # a replay's time beyond its arrivals
             if plan.out is not None and time.monotonic() - last_pack > 30.0:
@@ -903,6 +918,17 @@ def hung_models(log: Log) -> dict[str, str]:
     return {s["model"]: s["job"] for s in log.steps() if s["status"] in ("hung", "died") and s.get("model")}
 
 
+def gave_up(plan: Plan, log: Log) -> None:
+    """A step's stage calls did not return (recorded ``hung``): a supervised child ends here, with
+    :data:`HUNG_EXIT`, so that a fresh process (a fresh CUDA context) resumes; unsupervised, the caller skips the
+    model and goes on in this process."""
+    if os.environ.get(CHILD):
+        log("the measuring child ends: a fresh one resumes without this model")
+        (plan.traces / STEP_FILE).unlink(missing_ok=True)
+        sys.stdout.flush()
+        os._exit(HUNG_EXIT)
+
+
 def supervise(plan: Plan, log: Log, argv: list[str]) -> int:
     """Measure in a child process (this script again, ``$DVASIM_GPU_MATRIX_CHILD`` set), watching its
     ``current_step.json``. A step past its deadline (a device hang: on the H200 a BERT-base replay's warm-up never
@@ -933,6 +959,8 @@ def supervise(plan: Plan, log: Log, argv: list[str]) -> int:
             raise
         if proc.returncode == 0:
             return 0
+        if proc.returncode == HUNG_EXIT:  # the child recorded the hung step itself
+            continue
         what = "hung" if cur is not None and time.time() > cur["deadline_unix"] else "died"
         if cur is None:  # died outside any step: nothing to blame, nothing to skip
             log(f"measuring child {k}: exited with status {proc.returncode} outside a step")

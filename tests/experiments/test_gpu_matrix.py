@@ -265,3 +265,31 @@ def test_a_hung_step_is_killed_and_the_matrix_goes_on_without_its_model(tmp_path
     assert "hung (the measuring process killed" in (tmp_path / "t" / "README.md").read_text()
     log = (tmp_path / "t" / "run.log").read_text()
     assert "measuring child 2" in log and "HUNG (past its limit of 8 s" in log
+
+
+@pytest.mark.torch
+def test_a_replay_whose_warm_up_blocks_is_recorded_hung_with_its_model(monkeypatch, tmp_path):
+    """The replay gives up on a warm-up whose stage calls do not return (Stopped with ``blocked``); the matrix
+    records that step ``hung`` with its model (so later children skip the model), where a plain stop request
+    during the start-up stays a failure."""
+    pytest.importorskip("torch")
+    import dvasim.engines.replay.engine as engine
+
+    mod = load()
+    plan = mod.make_plan(mod.parser().parse_args(["--cpu", "--tiny", "--traces", str(tmp_path / "t"),
+                                                  "--summary", str(tmp_path / "s")]))
+    info = {"capacity_qps": 100.0, "table": "vgg19_table.csv", "delay_window_ms": 1.0}
+
+    def blocked(*a, **k):
+        err = engine.Stopped("the time limit", "stopped by the time limit during the warm-up: dvasim-executor-1 ...")
+        err.blocked = ["dvasim-executor-1"]
+        raise err
+
+    monkeypatch.setattr(engine, "replay", blocked)
+    got = mod.replay_job(plan, mod.Log(plan), "vgg19", "zerobatch", 0.3, 1, info)
+    assert got["status"] == "hung" and got["model"] == "vgg19" and got["limit_s"] == round(3 * 12 / 30 + 30, 1)
+    monkeypatch.setattr(engine, "replay", lambda *a, **k: (_ for _ in ()).throw(engine.Stopped("SIGTERM", "x")))
+    assert mod.replay_job(plan, mod.Log(plan), "vgg19", "zerobatch", 0.3, 1, info)["status"] == "failed"
+    assert mod.hung_models(mod.Log(plan)) == {}  # (replay_job returns; _run_job records the step)
+    mod.Log(plan).step("replay vgg19_zerobatch_0.3 r1", "hung", model="vgg19")
+    assert mod.hung_models(mod.Log(plan)) == {"vgg19": "replay vgg19_zerobatch_0.3 r1"}

@@ -307,9 +307,11 @@ class ReplayEngine:
                 if time.monotonic() - since >= self.warm_grace_s:
                     names = [self._threads[k].name for k, w in enumerate(self._warmed) if not w]
                     self._abandoned = True
-                    raise Stopped(why, f"stopped by {why} during the warm-up: {', '.join(names)} still inside a "
+                    err = Stopped(why, f"stopped by {why} during the warm-up: {', '.join(names)} still inside a "
                                        f"stage call {self.warm_grace_s:g} s later (on a GPU: a kernel or a "
                                        "synchronisation that does not return); the replay is abandoned")
+                    err.blocked = names  # (callers tell a blocked device from a plain stop request by it)
+                    raise err
 
     def _shutdown(self) -> None:
         self._go.set()
