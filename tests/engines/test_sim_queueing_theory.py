@@ -42,7 +42,8 @@ def test_single_server_matches_lindley_exactly(rho):
     np.testing.assert_allclose(lat, lindley(arrivals, T), rtol=0, atol=1e-9)
 
 
-@pytest.mark.parametrize("rho,n", [(0.5, 100_000), (0.8, 600_000)])
+@pytest.mark.parametrize("rho,n", [(0.5, 100_000),
+                                   pytest.param(0.8, 600_000, marks=pytest.mark.slow)])  # (17 s: make test-slow)
 def test_md1_mean_latency_matches_pollaczek_khinchine(rho, n):
     # M/D/1 mean sojourn: T + rho*T / (2(1-rho)).  n is chosen so that the run-to-run spread of the sample mean
     # (standard deviation over 12 seeds: 0.4% at rho=0.5 with 100k queries; 1.7% at rho=0.8 with 100k, so about

@@ -85,6 +85,7 @@ def test_what_replicas_hold_scales_with_random_routing(md1_config):
     assert three["capacity_qps"] == pytest.approx(3 * one["capacity_qps"], rel=0.08)
 
 
+@pytest.mark.slow  # 17 s (make test-slow); ties in a comparison are also checked by test_capacity_seeds.py
 def test_policies_compared_with_ties(md1_config):
     cfg = {"model": {"name": "resnet152", "device": "titanrtx", "stages": 4}, "policy": {"name": "zerobatch"},
            "workload": md1_config["workload"]}
