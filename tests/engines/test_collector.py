@@ -123,13 +123,16 @@ def _cyclic_garbage(cfg: dict) -> Collect:
     return collect
 
 
+SLOW = pytest.mark.slow  # (each 5-7 s in the full suite, where every collection walks a large heap: make test-slow)
+
+
 @pytest.mark.parametrize("policy,model", [
     ({"name": "zerobatch"}, None),
-    ({"name": "delaybatch", "max_queue_delay_ms": 10.0}, None),
+    pytest.param({"name": "delaybatch", "max_queue_delay_ms": 10.0}, None, marks=SLOW),
     ({"name": "dvabatch"}, None),  # Policy I: the input clusters
     ({"name": "dvabatch"}, {"table": "traces/default/vgg16_titanx_4stages.csv"}),  # Policies II and III
-    ({"name": "lazybatch"}, None),
-    ({"name": "n-ebird"}, None),
+    pytest.param({"name": "lazybatch"}, None, marks=SLOW),
+    pytest.param({"name": "n-ebird"}, None, marks=SLOW),
     ({"name": "triton", "max_queue_size": 4}, None),  # queries refused by the queue policy
 ])
 def test_a_run_drops_no_reference_cycles(policy, model):

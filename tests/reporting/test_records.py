@@ -160,7 +160,7 @@ def _run_dvasim(args, tty: bool) -> str:
 
 
 def test_progress_bar_shows_rate_and_eta_on_a_terminal_and_stays_quiet_otherwise(tmp_path):
-    args = ["run", "configs/default.toml", "--no-figure", "--progress", "--set", "workload.n_queries=60000"]
+    args = ["run", "configs/default.toml", "--no-figure", "--progress", "--set", "workload.n_queries=20000"]
     quiet = _run_dvasim([*args, "--out", str(tmp_path / "a")], tty=False)
     assert "simulating" not in quiet and "q/s" not in quiet
     shown = _run_dvasim([*args, "--out", str(tmp_path / "b")], tty=True)

@@ -67,6 +67,7 @@ def titanrtx_dvabatch() -> dict:
     return cfg
 
 
+@pytest.mark.slow  # 18 s in the suite (make test-slow)
 def test_long_runs_overturn_a_short_probes_answer_on_the_metastable_case():
     """With 2 s probes and no trigger test, the search accepts ~875 qps on issue 34's Titan RTX case; its 20 s
     long runs fail there and step down. The confirmed answer agrees with the 60 s probes' answer that

@@ -35,6 +35,7 @@ def md1_p99(rho: float, n: int = 400_000) -> float:
     return float(np.percentile(lindley(np.cumsum(rng.exponential(T / rho, n)), T), 99))
 
 
+@pytest.mark.slow  # 26 s in the suite (make test-slow); capacity_confirm keeps an exact M/D/1 check in the default suite
 def test_fewest_replicas_match_md1_theory(md1_config):
     """4,500 qps of 1 ms queries: 5 replicas would be 90% busy (p99 far over 12 ms), 6 are 75% busy (p99 well
     under): the plan says 6, where dividing by one server's throughput says 5."""
