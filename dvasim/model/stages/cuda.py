@@ -14,6 +14,7 @@ class CudaOps:
 
     def __init__(self, device: str | torch.device = "cuda"):
         self.device = torch.device(device)
+        self._capture_streams: dict = {}  # memory pool -> the stream its graphs are captured on (capture_graph)
 
     def new_stream(self, name):
         return torch.cuda.Stream(device=self.device)
@@ -38,8 +39,11 @@ class CudaOps:
     timer = "CUDA graph replays between CUDA events (GPU time, no host launch cost)"
 
     def graph_pool(self, name=None):
-        """A private memory pool for the graphs of one executor (graphs sharing it must never run at once)."""
-        return torch.cuda.graph_pool_handle()
+        """A private memory pool for the graphs of one executor (graphs sharing it must never run at once), with
+        a capture stream of its own (:meth:`capture_graph`)."""
+        pool = torch.cuda.graph_pool_handle()
+        self._capture_streams[pool] = torch.cuda.Stream(device=self.device)
+        return pool
 
     def capture_graph(self, fn: Callable[[list], Any], static_inputs: list, pool=None) -> dict:
         """Capture ``fn(static_inputs)`` as a CUDA graph (after two warm-up runs on a side stream, as CUDA graph
@@ -47,14 +51,22 @@ class CudaOps:
         "out", "structure"}`` (see dvasim.model.stages.graphs)."""
         from dvasim.model.stages.buffers import flatten
 
-        side = torch.cuda.Stream(device=self.device)
+        # The pool's own stream, for the warm-up and the capture alike: torch keys cuBLAS / cuBLASLt workspaces by
+        # (handle, stream), and a graph replays the workspace address it was captured with, so graphs captured on
+        # one shared stream (torch.cuda.graph's default) share one workspace even in separate pools
+        # (pytorch/pytorch#193402). Replayed at once by the executors' threads, they race on it: on an H200 every
+        # BERT-base stage executor blocked for good in its warm-up (traces/gpu_matrix/h200_2026-11-28), where
+        # ResNet152 and VGG19, whose GEMMs sit in one stage, ran. One stream per executor's pool, one workspace each;
+        # the warm-up on it allocates that workspace before the capture, outside the graph's pool.
+        side = self._capture_streams.get(pool) if pool is not None else None
+        side = side if side is not None else torch.cuda.Stream(device=self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side), torch.inference_mode():
             for _ in range(2):
                 fn(static_inputs)
         torch.cuda.current_stream(self.device).wait_stream(side)
         g = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(g, pool=pool):
+        with torch.inference_mode(), torch.cuda.graph(g, pool=pool, stream=side):
             out = fn(static_inputs)
         leaves, structure = flatten(out)
         return {"graph": g, "inputs": static_inputs, "out": leaves, "structure": structure}
