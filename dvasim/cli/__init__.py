@@ -121,7 +121,11 @@ def _sigterm_unwinds():
 def main(argv: list[str] | None = None) -> int:
     """``dvasim COMMAND ...`` (``argv``: the words after ``dvasim``; default ``sys.argv[1:]``): the subcommands that
     parse their own arguments are handed the rest of the line, the others are parsed here. Returns the exit
-    status; a standard output closed by its reader ends the command quietly (:data:`BROKEN_PIPE`)."""
+    status; a standard output closed by its reader ends the command quietly (:data:`BROKEN_PIPE`). Started with
+    standard output or error closed (``>&-``: Python then has ``None`` for them), what would go there is dropped."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (for the process's life)
     try:
         try:
             with _sigterm_unwinds():

@@ -43,12 +43,15 @@ def cmd_config(args) -> int:
     from dvasim.config.reference import section_help
     from dvasim.errors import ConfigError
 
-    if args.reference:
-        print(reference_text(), end="")
-        return 0
     known = sections()
     if args.section is not None and args.section not in known:
         raise ConfigError("config", f"unknown section {args.section!r}; allowed: {', '.join(known)}")
+    if args.reference:
+        if args.section is not None:
+            raise ConfigError("config", f"--reference prints the whole reference; give it without a section, or "
+                                        f"give the section {args.section!r} without --reference")
+        print(reference_text(), end="")
+        return 0
     chosen = known.values() if args.section is None else [known[args.section]]
     print("\n".join(section_help(s) for s in chosen), end="")
     return 0

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dvasim.cli.common import add_config_arguments, add_stack_arguments, check_stack, print_summary
-from dvasim.errors import check_out_dir
+from dvasim.errors import ConfigError, check_out_dir
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -92,6 +92,9 @@ class StopSignals:
 
 
 def cmd_run(args) -> int:
+    if args.timeline < 0:
+        raise ConfigError("--timeline", f"must be an integer >= 0 (the stage executions to draw; 0: none), got "
+                                       f"{args.timeline}")
     check_stack(args.stack)
     check_out_dir(args.out)
     stop = StopSignals()

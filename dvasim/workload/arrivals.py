@@ -90,12 +90,16 @@ def poisson_arrivals(rate_qps: float, n_queries: int, seed: int, start_ms: float
     return _check_start(start_ms) + np.cumsum(gaps)
 
 
+CV_RANGE = (1e-6, 1e3)  # the Gamma gaps' coefficient of variation: shape 1/cv^2 from 1e-6 to 1e12
+
+
 def _check_cv(value) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise ConfigError("workload.cv", f"must be a number > 0 (coefficient of variation of the gaps; 1 = Poisson), "
                                          f"got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError("workload.cv", f"must be a finite number > 0 (1 = Poisson), got {value!r}")
+    if not math.isfinite(value) or not CV_RANGE[0] <= value <= CV_RANGE[1]:
+        raise ConfigError("workload.cv", f"must be a number from {CV_RANGE[0]:g} to {CV_RANGE[1]:g} (1 = Poisson; the "
+                                         f"Gamma shape 1 / cv^2 must stay a finite, non-zero number), got {value!r}")
     return float(value)
 
 

@@ -77,8 +77,8 @@ WORKLOAD = Section("workload", "the queries: their arrival times and input lengt
     Key("kind", "choice", "the arrival process", choices=KINDS),
     Key("rate_qps", "number", "mean arrival rate, queries per second (trace: scale the trace to this mean rate)",
         minimum=0, strict=True, kinds=(*_RATE, "trace")),
-    Key("cv", "number", "coefficient of variation of the Gamma gaps (1 = poisson, < 1 smoother, > 1 burstier)",
-        minimum=0, strict=True, kinds=("gamma",)),
+    Key("cv", "number", "coefficient of variation of the Gamma gaps (1 = poisson, < 1 smoother, > 1 burstier; "
+        "1e-06 to 1000)", minimum=0, strict=True, kinds=("gamma",)),
     Key("n_queries", "int", "queries in the run (stepping: 32000; trace: every request, more loops it)",
         minimum=1, kinds=(*_RATE, "stepping", "closed", "trace")),
     Key("seed", "int", "seed of the arrivals' and the lengths' random streams (at most 2**63 - 1)", default=0,
