@@ -75,6 +75,9 @@ def argument_problem(args, models: list[str], labels: list[str]) -> str | None:
     if unknown or not models:
         what = f"unknown {unknown[0]!r}" if unknown else "no model given"
         return f"--models: {what}; allowed: {', '.join(study.MODELS)}"
+    twice = [m for i, m in enumerate(models) if m in models[:i]]
+    if twice:  # (the study keys its rows by model: a second copy failed after every run, KeyError 'model')
+        return f"--models: {twice[0]!r} is given twice; give each model once (more runs of it: --seeds)"
     unknown = [p for p in labels if p not in study.VARIANT_BY_LABEL]
     if unknown or not labels:
         what = f"unknown {unknown[0]!r}" if unknown else "no label given"

@@ -7,6 +7,7 @@ rest of :mod:`dvasim.reporting`."""
 from __future__ import annotations
 
 import json
+import math
 import platform
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -78,7 +79,8 @@ def write_outputs(result: RunResult, out_dir: str | Path, figure: bool = True, c
     summary = dict(result.summary)
     if result.stuck:
         summary["stuck"] = result.stuck
-    write_text(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
+    write_text(out / "summary.json", json.dumps(strict_json(summary), indent=2, default=_json_default,
+                                                allow_nan=False) + "\n")
     write_text(out / "config.json",
                json.dumps({"config": result.config, "versions": versions()}, indent=2, default=_json_default) + "\n")
     planned = result.summary.get("n_queries", 0) + result.summary.get("n_not_arrived", 0)
@@ -111,6 +113,20 @@ def _write_figures(result: RunResult, out: Path, figure: bool) -> None:
             df = result.queries
         latency_figure(df, out / "latency.png", title=title,
                        qos_target_ms=result.summary.get("qos_target_ms"))
+
+
+def strict_json(o):
+    """``o`` with every non-finite float (a stability figure of a run too short to judge, say) as None: JSON has no
+    NaN or Infinity, and a strict reader (``jq``, JavaScript, ``json.loads(..., parse_constant=...)``) refuses them."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: strict_json(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [strict_json(v) for v in o]
+    if type(o).__module__ == "numpy" and hasattr(o, "item") and getattr(o, "ndim", 1) == 0:
+        return strict_json(o.item())  # a numpy scalar (float32 is no float)
+    return o
 
 
 def _json_default(o):

@@ -59,3 +59,21 @@ def test_a_run_with_standard_output_closed_writes_its_files(tmp_path):
                        stderr=subprocess.PIPE, text=True, pass_fds=(), preexec_fn=lambda: os.close(1))
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr and (out / "summary.json").is_file()
+
+
+def test_compare_refuses_a_model_given_twice_before_any_run(tmp_path, capsys):
+    # it ran every case, then failed with KeyError: 'model'
+    assert main(["compare", "--models", "linknet,linknet", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--models: 'linknet' is given twice" in err[0] and not (tmp_path / "c").exists()
+
+
+def test_summary_json_is_strict_json_for_a_run_too_short_to_judge(tmp_path):
+    # under 60 measured queries the stability figures are not a number: they were written as NaN, which JSON lacks
+    import json
+
+    assert main(["run", str(ROOT / "configs" / "default.toml"), "--out", str(tmp_path / "o"), "--no-figure",
+                 "--set", "workload.n_queries=40"]) == 0
+    text = (tmp_path / "o" / "summary.json").read_text()
+    s = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
+    assert s["throughput_ratio"] is None and s["latency_trend"] is None and s["n_completed"] == 40
