@@ -19,6 +19,7 @@ from pathlib import Path
 from dvasim.cli.common import add_stack_arguments, check_stack, set_help
 from dvasim.errors import check_out_dir
 from dvasim.outputs import output_error, write_text
+from dvasim.reporting.result import strict_json
 
 
 def add_parser(sub) -> None:
@@ -196,16 +197,3 @@ def _print_policies(res: dict, args) -> None:
     for name in res["policies"]:
         if res["by_policy"][name]["note"]:
             print(f"dvasim: warning: {name}: {res['by_policy'][name]['note']}", file=sys.stderr)
-
-
-def strict_json(o):
-    """``o`` with every NaN or infinite float made ``null``: capacity.json is strict JSON any reader takes."""
-    import math
-
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, dict):
-        return {k: strict_json(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [strict_json(v) for v in o]
-    return o

@@ -153,9 +153,9 @@ def _write_both(res: dict, out, json_out):
     """The engine file and ``--json`` together: both renamed into place only when both are written whole."""
     import json
 
-    from dvasim.cli.capacity import strict_json
     from dvasim.fitting.fit import check_finite, engine_toml, portable
     from dvasim.outputs import output_error, write_whole
+    from dvasim.reporting.result import strict_json
 
     check_finite(res)
     engine_text = engine_toml(portable(res, out.parent))  # its paths relative to the file, as write_engine's

@@ -70,6 +70,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -970,17 +971,20 @@ def _cores_interval(ex: list[pd.DataFrame], st: Setting, point: float, rng, n_bo
 
 
 # ----------------------------------------------------------------------------- writing the engine file
-def _toml_value(v) -> str:
+def toml_value(v) -> str:
+    """One TOML value (a bool, number, string or list of them), floats to 6 decimals, numpy scalars too: the
+    engine files', and the replay configs' that experiments/validation/gpu_matrix.py writes."""
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
+    if isinstance(v, numbers.Real):
+        v = float(v)
         return repr(round(v, 6)) if math.isfinite(v) else "nan"
     if isinstance(v, str):
         return json.dumps(v)
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
@@ -1021,11 +1025,11 @@ def engine_toml(result: dict[str, Any]) -> str:
     eng = dict(result["engine"])
     subs = {k: eng.pop(k) for k in list(eng) if isinstance(eng[k], dict)}  # [engine.host], [engine.transfer]
     lines.append("[engine]")
-    lines += [f"{k} = {_toml_value(v)}" for k, v in eng.items()]
+    lines += [f"{k} = {toml_value(v)}" for k, v in eng.items()]
     for name, table in subs.items():
         if table:
-            lines += ["", f"[engine.{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    lines += ["", "[fit]"] + [f"{k} = {_toml_value(v)}" for k, v in result["fit"].items() if v is not None]
+            lines += ["", f"[engine.{name}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    lines += ["", "[fit]"] + [f"{k} = {toml_value(v)}" for k, v in result["fit"].items() if v is not None]
     return "\n".join(lines) + "\n"
 
 

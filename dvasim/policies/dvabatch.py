@@ -724,9 +724,8 @@ def serial_host_cost(served, n_stages: int):
     if host is None:
         return None
     entry = batch is not None and getattr(batch, "python_level", False)
-    if not entry and not host.locks_launch and host.python_ms <= 0 and not any(host.copy_ms) \
-            and not (host.copy_lock == "all" and any(host.copy_per_row_ms)):
-        return None  # (the copies' per-row part runs without the lock: HostModel.copy_rows)
+    if not entry and not host.holds_lock:
+        return None
 
     def cost(rows: int, seq_len: int) -> float:
         L = seq_len if seq_len else None

@@ -210,6 +210,12 @@ class HostModel:
             base = self.launch_ms[stage] + self.launch_per_row_ms[stage] * batch_size
         return base * self.launch_scale
 
+    @property
+    def holds_lock(self) -> bool:
+        """Whether any launch does Python-level work under the lock (:meth:`locked`, or an eager launch)."""
+        return (self.locks_launch or self.python_ms > 0 or any(self.copy_ms)
+                or (self.copy_lock == "all" and any(self.copy_per_row_ms)))
+
     def locked(self, stage: int, batch_size: int) -> float:
         """Python-level work before the launch (the copies' fixed cost + interpreter overhead), holding the lock."""
         if self.copy_lock == "all":

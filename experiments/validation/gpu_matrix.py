@@ -90,7 +90,6 @@ import datetime as _dt
 import importlib.util
 import json
 import math
-import numbers
 import os
 import shutil
 import subprocess
@@ -463,25 +462,13 @@ def case_config(plan: Plan, model: str, policy: str, rate: float, info: dict | N
             "engine": {"buffer_pairs": 2}, "replay": {"modules": "cudagraph"}}
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, numbers.Integral):
-        return str(int(v))
-    if isinstance(v, numbers.Real):
-        return repr(float(v))
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
 def config_toml(cfg: dict[str, Any], header: list[str]) -> str:
+    from dvasim.fitting.fit import toml_value
+
     lines = [f"# {h}" for h in header]
     for section, table in cfg.items():
         lines.append(f"[{section}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -1153,6 +1140,7 @@ def fit_model(plan: Plan, log: Log, model: str, table: Path, cases: dict, summar
     from dvasim.errors import DvasimError
     from dvasim.fitting.check import is_noise, real_runs
     from dvasim.fitting.fit import fit, table_operators, write_engine
+    from dvasim.reporting.result import strict_json
 
     every = [(ld, dirs) for (p, ld), dirs in sorted(cases.items()) if p == "zerobatch"]
     zb = [d for ld, dirs in every if not is_noise(real_runs(summary_json, "zerobatch", ld)["mean_latency_ms"])
@@ -1179,20 +1167,9 @@ def fit_model(plan: Plan, log: Log, model: str, table: Path, cases: dict, summar
         over["engine"]["contention"] = "overlap"
         over["engine"]["contention_share"] = cal["share"]
     engine = write_engine(over, plan.summary / f"engine_{model}.toml")
-    (plan.summary / f"fit_{model}.json").write_text(json.dumps(_finite(res), indent=1, default=_json_num) + "\n")
+    (plan.summary / f"fit_{model}.json").write_text(json.dumps(strict_json(res), indent=1, default=_json_num) + "\n")
     log(f"fit {model}: {len(zb)} ZeroBatch replays, {res['fit']['n_executions']} executions -> {engine.name}")
     return engine, none, {"folders": [str(Path(d).relative_to(plan.traces)) for d in zb], **note}
-
-
-def _finite(o):
-    """``o`` with every non-finite float as None (strict JSON)."""
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [_finite(v) for v in o]
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    return o
 
 
 def score_model(plan: Plan, log: Log, model: str, cal: dict | None) -> tuple[list[dict], dict[str, Any]]:
@@ -1257,6 +1234,8 @@ def analyse(plan: Plan, log: Log) -> dict[str, Any]:
     """Fit and predict from whatever the traces folder holds; writes the summary folder. No torch needed."""
     import pandas as pd
 
+    from dvasim.reporting.result import strict_json
+
     plan.summary.mkdir(parents=True, exist_ok=True)
     cal = calibration(plan, log)
     if cal is not None:
@@ -1289,7 +1268,7 @@ def analyse(plan: Plan, log: Log) -> dict[str, Any]:
               "hung": {s["job"]: s.get("limit_s") for s in steps if s["status"] in ("hung", "died")},
               "cases": rows}
     pd.DataFrame(rows).to_csv(plan.summary / "summary.csv", index=False)
-    (plan.summary / "summary.json").write_text(json.dumps(_finite(result), indent=1, default=_json_num) + "\n")
+    (plan.summary / "summary.json").write_text(json.dumps(strict_json(result), indent=1, default=_json_num) + "\n")
     (plan.summary / "summary.md").write_text(summary_markdown(result), encoding="utf-8")
     c = result["with_contention"]
     log(f"predicted {c['scored']} cases: {c['within_15_25_5']} within 15/25/5%, {c['within_5_10_3']} within "

@@ -69,7 +69,8 @@ def _policy_with_host(host_ms):
     host = None
     if host_ms:
         host = SimpleNamespace(locked=lambda s, b: host_ms, launch=lambda s, b, L=None: 0.0, locks_launch=False,
-                               python_ms=host_ms, copy_ms=[0.0, 0.0], copy_per_row_ms=[0.0, 0.0])
+                               python_ms=host_ms, copy_ms=[0.0, 0.0], copy_per_row_ms=[0.0, 0.0],
+                               holds_lock=host_ms > 0)
     served = SimpleNamespace(host=host, batch=None, stack=None)
     pol = make_policy("dvabatch", {"max_batch_size": 16, "policies": ["input"]})
     Pipeline(table, pol, 2, served=served)

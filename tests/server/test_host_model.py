@@ -85,6 +85,8 @@ def test_the_copies_per_row_part_runs_on_a_core_without_the_lock():
                            "copy_lock": "all"}, 1)
     assert ha.locked(0, 4) == 4.5 and ha.copy_rows(0, 4) == 0.0
     assert latencies(0.1, ha, [0.0, 0.0], instances=2) == pytest.approx([4.0, 4.0])
+    # which hosts hold the lock at all (dvabatch.serial_host_cost asks): per-row copies only under "all"
+    assert not host(copy_per_row_ms=[1.0]).holds_lock and ha.holds_lock and h.holds_lock  # h: copy_ms 0.5
     with pytest.raises(ConfigError, match="copy_lock"):
         host_from_config({"launch_ms": 1.0, "copy_lock": "some"}, 1)
 
