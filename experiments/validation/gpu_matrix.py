@@ -44,7 +44,8 @@ Time: sized for about 8 minutes of one H100 in one device call. Measuring stops 
 summary made from it, and what was skipped is listed in ``progress.jsonl``, the traces' ``README.md`` and
 ``summary.json``. Measured on an H200 (2026-11-28) with 1,000 queries a replay: profiles 9-13 s (BERT-base 21 s),
 graph captures 0.3-2.4 s (once per model: :func:`dvasim.engines.replay.engine.reused_graphs`), a replay 0.8-1.9 s,
-a co-run 0.3-1 s, fit and prediction 21 s: about 150 s for the three models' 57 replays if nothing hangs. A rerun
+a co-run 0.3-1 s, fit and prediction 21 s (100 s for two models and their 36 replays; a full run of three
+models with saturation replays is not yet measured). A rerun
 on a folder resumes: finished replays, tables and co-runs are kept.
 
 Hangs: on CUDA (or with ``--supervise``) the matrix measures in a child process, this script again. Each step
