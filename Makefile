@@ -4,39 +4,27 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 OUT    ?= results/compare
 
-.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean compiled pure gpu-matrix gpu-matrix-cpu gpu-wheels
+.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean compiled pure docs notebooks gpu-matrix gpu-matrix-cpu gpu-wheels
 
-$(VENV)/.stamp-run: pyproject.toml
+# One build: `pip install -e .` compiles the core with mypyc in place where a C compiler exists (setup.py; the pure
+# modules where none does, same results) and both targets use it. The dev extras come as their requirements alone
+# (tools/extras.py), so `make test` after `make run` does not build the package a second time. A checkout edited
+# after its build runs the pure modules (the build's hashes no longer match) until `make compiled` rebuilds it;
+# `dvasim --version` says which core runs, and why.
+$(VENV)/.stamp-run: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
 	touch $@
 
-$(VENV)/.stamp-dev: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,replay]'
-	touch $(VENV)/.stamp-run $@
-
-# `make run` runs the main job on the compiled core when it can be built: a copy of the package in
-# $(COMPILED), its hot modules built with mypyc (tools/compile_core.py --copy-to), rebuilt whenever a source changes;
-# the checkout itself stays pure (the tests import it). Without a C compiler (or mypy) it runs the pure-Python
-# package: same results, bit for bit, slower. DVASIM_CORE=pure skips the build.
-COMPILED := $(VENV)/compiled
-SOURCES  := $(shell find dvasim -name '*.py' 2>/dev/null)
-
-$(COMPILED)/.stamp: $(VENV)/.stamp-run tools/compile_core.py $(SOURCES)
-	@rm -rf $(COMPILED)
-	@$(PY) -c "import mypyc, setuptools" 2>/dev/null || $(PY) -m pip install -q "mypy>=1.17" setuptools \
-		|| echo "make run: could not install mypy: the pure-Python core runs"
-	@$(PY) tools/compile_core.py --copy-to $(COMPILED) && touch $@ \
-		|| echo "make run: the compiled core could not be built: the pure-Python core runs"
+$(VENV)/.stamp-dev: $(VENV)/.stamp-run tools/extras.py
+	$(PY) tools/extras.py dev replay > $(VENV)/extras.txt
+	$(PY) -m pip install -q -r $(VENV)/extras.txt
+	touch $@
 
 run: $(VENV)/.stamp-run
-	@if [ "$(DVASIM_CORE)" != pure ]; then $(MAKE) --no-print-directory $(COMPILED)/.stamp; fi
-	@if [ "$(DVASIM_CORE)" != pure ] && [ -f $(COMPILED)/.stamp ]; then \
-		echo "core: compiled (mypyc, $(COMPILED))"; PYTHONPATH=$(COMPILED) $(VENV)/bin/dvasim compare --out $(OUT); \
-	else echo "core: pure Python"; $(VENV)/bin/dvasim compare --out $(OUT); fi
+	@$(VENV)/bin/dvasim --version
+	$(VENV)/bin/dvasim compare --out $(OUT)
 
 run-one: $(VENV)/.stamp-run
 	$(VENV)/bin/dvasim run configs/default.toml --out results/default
@@ -63,10 +51,9 @@ bench: $(VENV)/.stamp-run
 bench-10m: $(VENV)/.stamp-run
 	$(PY) benchmarks/bench_memory.py
 
-# the optional compiled core: mypyc builds the hot modules listed in dvasim/compiled.py in place, next to their
-# .py files (tools/compile_core.py; needs a C compiler); `make pure` removes them. The pure path is the default.
-compiled: $(VENV)/.stamp-run
-	$(PY) -c "import mypyc, setuptools" 2>/dev/null || $(PY) -m pip install -q "mypy>=1.17" setuptools
+# `make compiled` rebuilds the compiled core in place after an edit (tools/compile_core.py, the builder pip install
+# runs; needs a C compiler); `make pure` removes it (the pure modules then run).
+compiled: $(VENV)/.stamp-dev
 	$(PY) tools/compile_core.py
 
 pure:
@@ -86,6 +73,15 @@ gpu-matrix-cpu: $(VENV)/.stamp-dev
 
 gpu-wheels: $(VENV)/.stamp-run
 	$(PY) experiments/validation/gpu_matrix.py --download-wheels .whl
+
+# the documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link or a page missing from the nav fails
+docs: $(VENV)/.stamp-dev
+	$(VENV)/bin/mkdocs build --strict
+
+# every notebook under notebooks/, run top to bottom by jupyter execute (nbclient, a dev extra); the committed
+# files are not rewritten
+notebooks: $(VENV)/.stamp-dev
+	cd notebooks && $(abspath $(VENV))/bin/jupyter execute --timeout=-1 *.ipynb
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check .

@@ -6,7 +6,10 @@ as a pandas DataFrame (``.queries``) and the summary as a dict (``.summary``).
 
 from __future__ import annotations
 
+from dvasim.compiled import select_core as _select_core
+
 __version__ = "0.1.0"
+_select_core()  # the compiled core if the build is current, else the pure modules (dvasim.compiled)
 
 
 def run(config, **overrides):

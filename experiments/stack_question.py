@@ -36,7 +36,8 @@ tuning) and ``stack_question.png``.
 
 Usage: ``python experiments/stack_question.py [--quick] [--out DIR] [--seed N] [--workers N] [--searched CSV]``
 (``--searched``: reuse an earlier run's searches, run only the GPU counts' checks). Run it on the compiled core
-(``PYTHONPATH=.venv/compiled``, built by ``make run``): the full run takes over an hour on 2 cores.
+(which ``pip install``, so ``make run``, builds; ``dvasim --version`` says which core runs): the full run takes over
+an hour on 2 cores.
 """
 
 from __future__ import annotations

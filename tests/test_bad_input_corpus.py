@@ -120,7 +120,9 @@ def test_version(capsys):
     from importlib import metadata
 
     assert main(["--version"]) == 0
-    assert capsys.readouterr().out.strip() == f"dvasim {metadata.version('dvasim')}"
+    from dvasim.compiled import core
+
+    assert capsys.readouterr().out.strip() == f"dvasim {metadata.version('dvasim')}, core: {core()}"
 
 
 KEYS = ["model.stages", "model.cuts", "model.ratios", "model.slice_batch_size", "model.device", "model.name",

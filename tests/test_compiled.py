@@ -1,4 +1,5 @@
-"""The optional compiled core (``make compiled``: :mod:`dvasim.compiled`, ``tools/compile_core.py``).
+"""The compiled core (``pip install`` builds it through ``setup.py``; ``make compiled`` rebuilds it in place:
+:mod:`dvasim.compiled`, ``tools/compile_core.py``).
 
 Built with mypyc into a temporary copy of the package (the checkout is never touched), every module of
 ``COMPILED_MODULES`` imports as the compiled extension, a dozen golden runs (every policy of the golden set, every
@@ -123,7 +124,7 @@ def runs(tmp_path_factory):
 
 def test_the_list_names_modules_of_the_package_and_the_check_answers_either_way():
     """compiled_modules() answers for every listed module whether or not it is compiled (in this process the
-    checkout's modules: pure, or compiled after `make compiled`)."""
+    checkout's modules: compiled where pip install built them and the build is current, else pure)."""
     for name in COMPILED_MODULES:
         assert (ROOT / Path(*name.split("."))).with_suffix(".py").is_file(), name
     got = compiled_modules()
@@ -168,3 +169,67 @@ def test_every_policy_runs_compiled_as_it_runs_pure(policy, runs):
     compiled, pure = runs["compiled"][0]["summaries"], runs["pure"][0]["summaries"]
     assert json.loads(compiled["policy:" + policy])["n_completed"] == 150
     assert compiled["policy:" + policy] == pure["policy:" + policy]
+
+
+# ---- which core an import runs (dvasim.compiled.select_core; issue 37: pip install builds the compiled core)
+
+CORE_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import dvasim
+from dvasim.compiled import core, compiled_modules
+print(json.dumps([core(), compiled_modules(), dvasim.__file__]))
+"""
+
+
+def _core_of(tree: Path, tmp: Path, **env: str) -> tuple[str, dict[str, bool]]:
+    script = tmp / "core_child.py"
+    script.write_text(CORE_CHILD)
+    r = subprocess.run([sys.executable, str(script), str(tree)], cwd=tmp, capture_output=True, text=True,
+                       timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(tree), **env})
+    assert r.returncode == 0, r.stderr[-3000:]
+    line, compiled, package = json.loads(r.stdout)
+    assert Path(package).is_relative_to(tree), package
+    return line, compiled
+
+
+def test_a_current_build_runs_compiled_an_edited_or_refused_one_pure(runs, tmp_path):
+    """The build's manifest holds its sources' hashes: the compiled tree runs compiled; DVASIM_CORE=pure runs the
+    sources of the same tree; a tree whose source changed after its build runs every module pure (never a stale
+    extension, never a mix) and says which file is newer; a tree never built says so."""
+    tree = runs["trees"]["compiled"]
+    line, compiled = _core_of(tree, tmp_path)
+    assert line == f"compiled (mypyc, {len(COMPILED_MODULES)} modules)" and all(compiled.values())
+    line, compiled = _core_of(tree, tmp_path, DVASIM_CORE="pure")
+    assert line == "pure Python (DVASIM_CORE=pure)" and not any(compiled.values())
+    edited = tmp_path / "edited"
+    shutil.copytree(tree / "dvasim", edited / "dvasim")
+    arith = edited / "dvasim" / "core" / "arith.py"
+    arith.write_text(arith.read_text() + "\n# edited after the build\n")
+    line, compiled = _core_of(edited, tmp_path)
+    assert line.startswith("pure Python (the compiled build is older than dvasim/core/arith.py")
+    assert not any(compiled.values())
+    line, compiled = _core_of(runs["trees"]["pure"], tmp_path)
+    assert line == "pure Python (no compiled build found)" and not any(compiled.values())
+
+
+def test_a_failed_c_build_installs_the_pure_core_with_one_line(tmp_path, capsys):
+    """setup.py's build_ext: where the C compiler fails, no extension is left, the manifest records why, and the
+    build goes on (the pure modules install) with one line on stderr."""
+    setup_py = __import__("runpy").run_path(str(ROOT / "setup.py"), run_name="dvasim_setup")
+    from setuptools import Distribution, Extension
+
+    src = tmp_path / "probe.c"
+    src.write_text("#error this compiler is made to fail\n")
+    dist = Distribution({"name": "probe", "ext_modules": [Extension("dvasim.probe", [str(src)])]})
+    cmd = setup_py["OptionalBuildExt"](dist)
+    cmd.initialize_options()
+    cmd.build_lib, cmd.build_temp = str(tmp_path / "lib"), str(tmp_path / "temp")
+    cmd.finalize_options()
+    cmd.run()  # does not raise
+    manifest = json.loads((tmp_path / "lib" / "dvasim" / "_compiled_core.json").read_text())
+    assert manifest["built"] is False and manifest["why"].startswith("the C build failed")
+    assert not list((tmp_path / "lib").rglob("*.so"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([ln for ln in err if ln.startswith("dvasim build:")]) == 1
+    assert "installing the pure-Python core" in err[-1]

@@ -1,5 +1,6 @@
 """A portable install (issue 13): the wheel carries traces/ and configs/, so an installed dvasim runs named models,
-shipped traces and the README's examples from any directory, without the checkout."""
+shipped traces and the README's examples from any directory, without the checkout; and (issue 37) the wheel that
+``pip`` builds holds the compiled core where a C compiler exists, and the installed package runs it."""
 
 from __future__ import annotations
 
@@ -66,3 +67,24 @@ def test_the_cli_runs_a_named_model_and_the_shipped_config_in_any_directory(inst
                              text=True, timeout=300)
         assert out.returncode == 0, out.stderr
     assert (work / "a" / "summary.json").is_file() and (work / "b" / "queries.parquet").is_file()
+
+
+def test_pip_builds_the_compiled_core_and_the_install_runs_it(installed):
+    """setup.py compiled every module of COMPILED_MODULES into the wheel, with the manifest of its sources, and
+    ``dvasim --version`` of the installed package says the compiled core runs."""
+    from tests.test_compiled import _in_ci, _missing
+
+    why = _missing()
+    if why is not None:
+        if _in_ci():
+            pytest.fail(f"the compiled core cannot be built in CI: {why}")
+        pytest.skip(f"the compiled core cannot be built here: {why}")
+    from dvasim.compiled import COMPILED_MODULES
+
+    site, work, env = installed
+    for name in COMPILED_MODULES:
+        folder, stem = site / Path(*name.split(".")[:-1]), name.split(".")[-1]
+        assert list(folder.glob(f"{stem}.*.so")) or list(folder.glob(f"{stem}.*.pyd")), name
+    out = subprocess.run([sys.executable, "-m", "dvasim", "--version"], cwd=work, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith(f"core: compiled (mypyc, {len(COMPILED_MODULES)} modules)")

@@ -11,7 +11,8 @@ The C sources and object files go to ``build/mypyc`` of the tree built. The envi
 ``MYPYC_OPT_LEVEL`` (0-3, default 3) sets the C compiler's optimisation level. Needs mypy (which brings mypyc)
 and a C compiler; it uses the Python that runs it, whose version the modules are then built for.
 
-mypyc compiles only code that type-checks. The modules are checked with these relaxations (``MYPY_CONFIG``):
+mypyc compiles only code that type-checks. The modules are checked with these relaxations (``MYPY_CONFIG`` of ``setup.py``, whose
+builder this script shares with ``pip install``):
 imports other than the mechanism's own modules and simpy are not followed (typed Any), and the checks that a value
 typed ``X | None`` is not None where an ``X`` is needed (``union-attr``, ``index``, ``arg-type``,
 ``return-value``) are off: the mechanism relies on invariants there that its types do not show (a pulled item
@@ -29,25 +30,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-GROUP = "dvasim.core_mypyc"  # the shared library every compiled module's shim loads (inside the package)
 BUILD_DIR = Path("build") / "mypyc"  # relative to the tree built
-# the file names of built extension modules: the package's own list (read without importing dvasim)
-EXTENSION_SUFFIXES = tuple(runpy.run_path(str(REPO / "dvasim" / "compiled.py"))["EXTENSION_SUFFIXES"])
-# mypyc compiles with -Werror; gcc 12 takes the NaN tests it generates (x != x) for tautologies (MSVC: no -W flags)
-EXTRA_CFLAGS = [] if sys.platform == "win32" else ["-Wno-tautological-compare"]
-# mypy's settings for mypyc's type check (see the module's docstring): only the compiled modules, the plain
-# modules of the mechanism they build on and simpy are analysed; other imports are typed Any (checking numpy's
-# stubs would triple the build time)
-MYPY_CONFIG = """\
-[mypy]
-follow_imports = skip
-ignore_missing_imports = True
-warn_unused_ignores = False
-disable_error_code = union-attr, index, arg-type, return-value
-
-[mypy-dvasim.core.*,dvasim.errors,simpy.*]
-follow_imports = silent
-"""
+# the build's own pieces (setup.py: the list, mypy's settings, the C flags, the manifest), read without importing
+# dvasim or running setup()
+SETUP = runpy.run_path(str(REPO / "setup.py"), run_name="dvasim_setup")
+EXTENSION_SUFFIXES = tuple(SETUP["CORE"]["EXTENSION_SUFFIXES"])
 
 
 def compiled_module_names(root: Path) -> tuple[str, ...]:
@@ -63,6 +50,9 @@ def built_files(root: Path) -> list[Path]:
 def clean(root: Path) -> list[Path]:
     """Remove the built extension modules and the build's leftovers; returns what was removed."""
     gone = built_files(root)
+    manifest = root / "dvasim" / SETUP["CORE"]["MANIFEST"]
+    if manifest.exists():
+        gone.append(manifest)
     for p in gone:
         p.unlink()
     if (root / BUILD_DIR).exists():
@@ -87,25 +77,20 @@ def copy_package(dest: Path, src: Path = REPO) -> Path:
 
 
 def build(root: Path, opt_level: str = "3") -> list[Path]:
-    """Compile the modules of ``root/dvasim`` and put each extension module next to its source; returns them."""
+    """Compile the modules of ``root/dvasim`` and put each extension module next to its source, with the
+    manifest of the sources they were built from; returns them."""
     try:
-        from mypyc.build import mypycify
+        import mypyc.build  # noqa: F401
         from setuptools import setup
     except ImportError as e:
         raise SystemExit(f"compile_core: mypyc is not installed ({e}); pip install mypy") from None
     clean(root)
-    names = compiled_module_names(root)
-    sources = [str(root / Path(*name.split(".")).with_suffix(".py")) for name in names]
     work = root / BUILD_DIR
     work.mkdir(parents=True, exist_ok=True)
     cwd = os.getcwd()
     os.chdir(work)  # setuptools reads a pyproject.toml in the working directory: there is none here
     try:
-        Path("mypy.ini").write_text(MYPY_CONFIG)
-        extensions = mypycify(["--config-file", "mypy.ini", *sources], opt_level=opt_level, group_name=GROUP,
-                              target_dir=".")
-        for ext in extensions:
-            ext.extra_compile_args = [*ext.extra_compile_args, *EXTRA_CFLAGS]
+        extensions = SETUP["mypyc_extensions"](root, Path("."), opt_level)
         setup(name="dvasim-compiled-core", ext_modules=extensions, script_args=[
             "-q", "build_ext", "--build-lib", "lib", "--build-temp", "temp", "--parallel", str(os.cpu_count() or 1)])
     finally:
@@ -115,6 +100,7 @@ def build(root: Path, opt_level: str = "3") -> list[Path]:
         if so.is_file() and so.name.endswith(EXTENSION_SUFFIXES):
             shutil.copy2(so, root / so.relative_to(lib))
     shutil.rmtree(work / ".mypy_cache", ignore_errors=True)
+    SETUP["write_manifest"](root / "dvasim", True, source_root=root)
     return built_files(root)
 
 

@@ -165,7 +165,9 @@ def dispatch(argv: list[str] | None = None) -> int:
     """:func:`main` without the closed-pipe handling: the subcommand of ``argv`` run, its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("--version", "-V"):
-        print(f"dvasim {version()}")
+        from dvasim.compiled import core
+
+        print(f"dvasim {version()}, core: {core()}")
         return 0
     if argv and argv[0] == "compare":
         from dvasim.cli.compare import cli_compare

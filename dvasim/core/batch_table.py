@@ -361,7 +361,7 @@ class BatchTable:
         if why:
             raise MetaOpError(f"split of batch {bid}: {why}")
         b = self.rows[bid]
-        if any(int(s) != s or s < 1 for s in sizes) or int_sum(int(s) for s in sizes) != b.bs:
+        if any(int(s) != s or s < 1 for s in sizes) or int_sum([int(s) for s in sizes]) != b.bs:
             raise MetaOpError(f"split of batch {bid}: sizes {sizes} must be positive and add up to {b.bs}")
         self._tick(now)
         del self.rows[bid]

@@ -207,7 +207,7 @@ class Pipeline:
         return self._now
 
     def queue_length(self, stage: int) -> int:
-        return int_sum(len(lane.queues[stage]) for lane in self.lanes)
+        return int_sum([len(lane.queues[stage]) for lane in self.lanes])
 
     def stage_idle(self, stage: int) -> bool:
         """True if some instance's executor of ``stage`` is not busy and has nothing queued."""

@@ -197,8 +197,8 @@ def operator_diversity(preferred: list[int]) -> bool:
 
 
 def _length_hist(lengths) -> tuple[list[tuple[int, int]], int]:
-    hist = sorted(Counter(int(x) for x in lengths).items())
-    return hist, int_sum(c for _, c in hist)
+    hist = sorted(Counter([int(x) for x in lengths]).items())
+    return hist, int_sum([c for _, c in hist])
 
 
 def padded_batch_ms(profile, lengths, batch_size: int) -> float:
@@ -220,7 +220,7 @@ def padding_waste(profile, lengths, batch_size: int) -> float:
     hist, n = _length_hist(lengths)
     if not n:
         return 0.0
-    own = left_sum(c * profile.total(batch_size, v) for v, c in hist) / n
+    own = left_sum([c * profile.total(batch_size, v) for v, c in hist]) / n
     padded = padded_batch_ms(profile, lengths, batch_size)
     return 1.0 - own / padded if padded > 0 else 0.0
 
@@ -394,8 +394,8 @@ class DVABatch(FrontDoorPolicy):
                 self.max_stretch_stage = -(-n_st // 2)
             cap = min(self.max_batch_size, max(self.preferred))
             self.t_comp_wait_rule = "derived"
-            self.t_comp_wait_ms = left_sum(prof.latency(s_, cap, self.ref_len)
-                                           for s_ in range(min(self.max_stretch_stage, n_st)))
+            self.t_comp_wait_ms = left_sum([prof.latency(s_, cap, self.ref_len)
+                                            for s_ in range(min(self.max_stretch_stage, n_st))])
 
     def describe(self) -> dict:
         d = {"name": self.name, "max_batch_size": self.max_batch_size, "split_factor": self.split_factor,
@@ -490,7 +490,7 @@ class DVABatch(FrontDoorPolicy):
                 for i, (s_, e_) in enumerate(parts):
                     behind += self._cluster_host(e_ - s_, lens[e_ - 1])
                     finish[i] += behind
-            c = left_sum((e - s) * t for (s, e), t in zip(parts, finish))
+            c = left_sum([(e - s) * t for (s, e), t in zip(parts, finish)])
             if c < best_cost - EPS:
                 best_cost, best = c, parts
             if k + 1 < self.max_clusters:
@@ -699,7 +699,7 @@ def fluid_finish_times(jobs: list[tuple[float, float]]) -> list[float]:
     active = set(range(len(jobs)))
     now = 0.0
     while active:
-        total = left_sum(jobs[k][1] for k in active)
+        total = left_sum([jobs[k][1] for k in active])
         rate = 1.0 if total <= 1.0 + EPS else 1.0 / total
         k_next = min(active, key=lambda k: remaining[k])
         dt = remaining[k_next] / rate
@@ -729,8 +729,8 @@ def serial_host_cost(served, n_stages: int):
 
     def cost(rows: int, seq_len: int) -> float:
         L = seq_len if seq_len else None
-        t = left_sum(host.locked(s, rows) + (host.launch(s, rows, L) if host.locks_launch else 0.0)
-                     for s in range(n_stages))
+        t = left_sum([host.locked(s, rows) + (host.launch(s, rows, L) if host.locks_launch else 0.0)
+                      for s in range(n_stages)])
         return t + (batch.entry_host_ms(rows, L) if entry else 0.0)
 
     return cost
@@ -738,7 +738,7 @@ def serial_host_cost(served, n_stages: int):
 
 def _mean_demand(prof, bs, seq_len) -> float:
     n = prof.n_stages
-    return left_sum(prof.demand(s, bs, seq_len) for s in range(n)) / n
+    return left_sum([prof.demand(s, bs, seq_len) for s in range(n)]) / n
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

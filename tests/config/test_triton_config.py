@@ -6,6 +6,7 @@ set), mapped to the ``"triton"`` policy and ``[engine] instances``, with Triton'
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -254,8 +255,10 @@ def test_a_bad_triton_config_path_exits_2_with_one_line(tmp_path, args):
 
 
 def test_a_wheel_carries_the_schema_and_the_examples(tmp_path):
+    # the data files are the point here: the pure build (tests/test_install.py builds the compiled one)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300)
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "DVASIM_CORE": "pure"})
     names = set(zipfile.ZipFile(next(tmp_path.glob("dvasim-*.whl"))).namelist())
     for f in ("dvasim/config/triton/model_config.proto", "dvasim/config/triton/model_config.binpb",
               "dvasim/config/triton/PROVENANCE.md", "dvasim/config/triton/LICENSE",
