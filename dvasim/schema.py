@@ -23,6 +23,34 @@ KINDS = ("int", "number", "bool", "str", "choice", "path", "numbers", "quantiles
          "table", "list", "any")
 _NO_DEFAULT = object()
 
+# ------------------------------------------------------------------------------------------ physical ranges
+# A number far beyond what any server shows makes no meaningful simulation: 1e308 ms of launch overhead makes every
+# latency inf, a copy at 1e-320 GB/s takes inf ms, and a clock that reaches inf (then nan) never advances, so the run
+# hangs (issue 37). So every time, bandwidth and rate of the schema has a physical range, one rule per unit, applied
+# by the key's name (its unit suffix: Key.__post_init__) within whatever tighter bounds the key declares itself:
+MAX_MS = 1e6
+"""``*_ms``: a time (a cost, a delay, a target) is at most 1e6 ms, 16.7 minutes (and at least -1e6 ms where it may be
+negative). No serving cost or delay comes near it: a client gives up on a query within minutes. The clock stays
+exact too: 2e7 queries (a run's most) each paying several such times end near 1e14 ms, where a double still resolves
+0.02 ms."""
+MIN_GBPS = 1e-3
+"""``*_gbps``: a bandwidth is at least 1e-3 GB/s (1 MB/s), 250 times slower than one lane of PCIe 1.0 (250 MB/s), the
+slowest host link there is; a 224x224 float32 image (602 kB) then copies in 602 ms. ``inf`` (free) stays allowed
+where the key allows it."""
+MIN_QPS, MAX_QPS = 1e-6, 1e9
+"""``*_qps``: a rate is at least 1e-6 queries per second (a mean gap of 1e9 ms, 11.6 days: a month of sparse traffic
+still has a few queries; the arrivals' span is bounded apart, dvasim.workload.config.MAX_ARRIVAL_MS) and at most 1e9
+(a gap of 1e-6 ms: below that, arrivals are simultaneous at the clock's resolution)."""
+MAX_FACTOR = 1e3
+"""A slowdown or a scale of costs (declared with it, e.g. ``engine.corun_slowdown``) is at most 1000 (a scale at least
+1/1000): measured co-run slowdowns are 1.1 to 1.2 (experiments/validation/configs), and a host a thousand times
+slower or faster than the profiled one is another machine, to be profiled."""
+MAX_BYTES = 1e12
+"""A query's input size is at most 1e12 bytes (1 TB, seven times an H200's 141 GB of memory: no query's input fits
+on any accelerator beyond it)."""
+_UNIT_RULES = {"_ms": (-MAX_MS, MAX_MS), "_gbps": (MIN_GBPS, None), "_qps": (MIN_QPS, MAX_QPS)}
+_RANGED = ("number", "numbers", "per_stage", "quantiles")
+
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
@@ -36,9 +64,11 @@ class Key:
     ``choices``), ``path`` (a file, found next to the config), ``numbers`` / ``ints`` (lists), ``quantiles`` (a
     non-decreasing list of >= 2 numbers), ``per_stage`` (a number, or a list of one per stage), ``table`` (a
     sub-section: ``section``), ``list`` (a list the owner checks), ``any`` (checked by its owner). ``minimum`` /
-    ``maximum`` bound numbers and list entries (``strict``: the minimum itself is out). ``default``: the value a
-    run takes when the key is absent (``None`` in the reference: derived at run time, as ``help`` says).
-    ``kinds``: for a section with a selector (the workload's ``kind``), the selector values that accept it."""
+    ``maximum`` bound numbers and list entries (``strict``: the minimum itself is out); a key named ``*_ms``,
+    ``*_gbps`` or ``*_qps`` is also held within its unit's physical range (:data:`MAX_MS`, :data:`MIN_GBPS`,
+    :data:`MIN_QPS`), where it declares no tighter bound. ``default``: the value a run takes when the key is absent
+    (``None`` in the reference: derived at run time, as ``help`` says). ``kinds``: for a section with a selector
+    (the workload's ``kind``), the selector values that accept it."""
 
     name: str
     kind: str
@@ -57,6 +87,14 @@ class Key:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"key {self.name}: unknown kind {self.kind!r}")
+        rule = next((r for suffix, r in _UNIT_RULES.items() if self.name.endswith(suffix)), None)
+        if rule is not None and self.kind in _RANGED:  # the unit's physical range (see MAX_MS and the others)
+            lo, hi = rule
+            if self.minimum is None or (lo > 0 and self.minimum < lo):  # signed: -MAX_MS; "> 0": the least rate
+                object.__setattr__(self, "minimum", lo)
+                object.__setattr__(self, "strict", False)
+            if hi is not None and self.maximum is None:
+                object.__setattr__(self, "maximum", hi)
 
     @property
     def has_default(self) -> bool:

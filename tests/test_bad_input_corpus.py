@@ -256,18 +256,20 @@ class Case:
     files: dict[str, str | bytes] = field(default_factory=dict)
     note: str = ""
     xfail: str = ""  # a found case not fixed yet: why (the reason of its xfail mark)
+    refused: bool = False  # a known bad input (issue 37's): it must be refused, not merely keep the contract
 
     def to_json(self) -> str:
         files = {k: ({"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v)
                  for k, v in sorted(self.files.items())}
         d = {"command": self.command, "argv": self.argv, "files": files, "note": self.note}
-        return json.dumps(d | ({"xfail": self.xfail} if self.xfail else {}), sort_keys=True)
+        return json.dumps(d | ({"xfail": self.xfail} if self.xfail else {}) | ({"refused": True} if self.refused else {}),
+                          sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Case:
         d = json.loads(text)
         files = {k: (base64.b64decode(v["b64"]) if isinstance(v, dict) else v) for k, v in d["files"].items()}
-        return cls(d["command"], d["argv"], files, d.get("note", ""), d.get("xfail", ""))
+        return cls(d["command"], d["argv"], files, d.get("note", ""), d.get("xfail", ""), bool(d.get("refused")))
 
 
 @dataclass
@@ -759,14 +761,14 @@ def save_found(case: Case) -> Path | None:
     return path
 
 
-def check_generated(command: str, cases: list[Case], tmp_path, capsys, monkeypatch) -> None:
+def check_generated(command: str, cases: list[Case], tmp_path, capsys, monkeypatch, refused: bool = False) -> None:
     trip = Tripwire(monkeypatch)
     budget = 0 if command in TORCH_COMMANDS else SIM_BUDGET  # the torch commands stop at their first forward pass
     problems, outcomes = [], set()
     for i, case in enumerate(cases):
         out = run_case(case, tmp_path / f"c{i}", trip, capsys, monkeypatch, budget=budget)
         outcomes.add("accepted" if out.code is None else out.code)
-        problem = contract_problem(out, refused=False, allowed=(0, 1, 2) if command == "sweep" else (0, 2))
+        problem = contract_problem(out, refused=refused, allowed=(0, 1, 2) if command == "sweep" else (0, 2))
         if problem is not None:
             problems.append((problem, case.argv, case.note, out.err[-300:]))
             save_found(case)
@@ -807,7 +809,7 @@ def test_cases_found_by_fuzzing_keep_the_contract(case, tmp_path, capsys, monkey
     fixed yet carries its reason as an xfail mark: ``"xfail"`` in its line)."""
     if case is None:
         pytest.skip("no case found yet")
-    check_generated(case.command, [case], tmp_path, capsys, monkeypatch)
+    check_generated(case.command, [case], tmp_path, capsys, monkeypatch, refused=case.refused)
 
 
 def test_the_good_inputs_work_and_the_case_format_round_trips(tmp_path, capsys, monkeypatch):

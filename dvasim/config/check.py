@@ -12,7 +12,7 @@ from dvasim.config.overrides import apply_overrides
 from dvasim.config.sections import DEFAULTS, ENGINE, QOS, REPLAY, SCHEMA, SECTIONS
 from dvasim.config.triton import apply_triton_config
 from dvasim.errors import ConfigError
-from dvasim.schema import find_file
+from dvasim.schema import MAX_MS, MAX_QPS, MIN_GBPS, MIN_QPS, find_file
 from dvasim.server.router import router_name
 
 
@@ -46,7 +46,26 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     SCHEMA["server"].check(cfg["server"])  # checked; the stack reads its overrides as given
     if not isinstance(cfg["policy"].get("name"), str):
         raise ConfigError("policy.name", "must be a string naming a policy")
+    _check_policy_units(cfg["policy"])
     return cfg
+
+
+# a policy's parameter named in a unit: that unit's physical range (dvasim.schema, MAX_MS and the others), as every key
+# of the schema has; its lower bounds and everything else are the policy's to check
+_UNITS = {"_ms": (-math.inf, MAX_MS, "ms"), "_qps": (MIN_QPS, MAX_QPS, "queries per second"),
+          "_gbps": (MIN_GBPS, math.inf, "GB/s")}
+
+
+def _check_policy_units(policy: dict[str, Any]) -> None:
+    for key, v in policy.items():
+        unit = next((u for suffix, u in _UNITS.items() if key.endswith(suffix)), None)
+        if unit is None or isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        lo, hi, what = unit
+        if not (lo <= v <= hi):  # nan and inf too
+            rng = f"at most {hi:g}" if lo == -math.inf else (f"at least {lo:g}" if hi == math.inf else
+                                                            f"in [{lo:g}, {hi:g}]")
+            raise ConfigError(f"policy.{key}", f"must be a finite number {rng} ({what}), got {v!r}")
 
 
 def _check_model(model: dict[str, Any], base_dir: str | None) -> None:
@@ -75,11 +94,12 @@ def _check_delay(section: dict[str, Any], name: str, key: str) -> None:
     ad = section[key]
     if isinstance(ad, list):
         if (len(ad) < 2 or not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-                                   and x >= 0 for x in ad) or any(b < a for a, b in zip(ad, ad[1:]))):
-            raise ConfigError(f"{name}.{key}", "a list must hold >= 2 non-decreasing quantiles >= 0 (ms), "
-                                               "e.g. [0.0, 0.05, 1.2]")
+                                   and 0 <= x <= MAX_MS for x in ad) or any(b < a for a, b in zip(ad, ad[1:]))):
+            raise ConfigError(f"{name}.{key}", f"a list must hold >= 2 non-decreasing quantiles in [0, {MAX_MS:g}] "
+                                               "(ms), e.g. [0.0, 0.05, 1.2]")
         return
-    ok = isinstance(ad, int | float) and not isinstance(ad, bool) and math.isfinite(ad) and ad >= 0
-    if not ok:
-        raise ConfigError(f"{name}.{key}", f"must be a number >= 0, got {ad!r}")
+    ok = isinstance(ad, int | float) and not isinstance(ad, bool) and math.isfinite(ad) and 0 <= ad <= MAX_MS
+    if not ok:  # a time: at most MAX_MS (dvasim.schema)
+        raise ConfigError(f"{name}.{key}", f"must be a number in [0, {MAX_MS:g}] (ms) or a list of quantiles, "
+                                           f"got {ad!r}")
     section[key] = float(ad)

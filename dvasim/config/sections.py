@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dvasim.core.pipeline import MAX_INSTANCES
 from dvasim.model.catalog import MODEL
-from dvasim.schema import Key, Section
+from dvasim.schema import MAX_FACTOR, Key, Section
 from dvasim.server.host import HOST
 from dvasim.server.resolve import SERVER
 from dvasim.server.router import CLUSTER
@@ -65,7 +65,8 @@ ENGINE = Section("engine", "the serving pipeline's engine: buffers, instances, d
     Key("instances", "int", "model instances: parallel chains of stage executors sharing the device", default=1,
         minimum=1, maximum=MAX_INSTANCES),
     Key("sharing", "choice", "device-sharing model", default="fluid", choices=SHARING_MODES),
-    Key("corun_slowdown", "number", "rate divisor while two or more executions overlap", default=1.0, minimum=1),
+    Key("corun_slowdown", "number", "rate divisor while two or more executions overlap", default=1.0, minimum=1,
+        maximum=MAX_FACTOR),
     Key("contention", "choice", 'how overlapped executions contend beyond the sharing model (absent: "none"): '
         '"overlap" makes every running execution claim at least contention_share of the device (its demand d '
         'counts as share + (1 - share) * d; one execution alone runs as before); sharing = "fluid" only',
@@ -78,7 +79,7 @@ ENGINE = Section("engine", "the serving pipeline's engine: buffers, instances, d
     Key("launch_overhead_ms", "number", "host-side scheduling cost added to every stage launch (ms)", default=0.0,
         minimum=0),
     Key("admission_delay_ms", "any", "time from a query's arrival until the front door sees it (the receiving "
-        "thread's wake-up): a number >= 0, or a list of >= 2 non-decreasing quantiles of its distribution (ms)",
+        "thread's wake-up): a number in [0, 1e6], or a list of >= 2 non-decreasing quantiles of its distribution (ms)",
         default=0.0),
     Key("service_cv", "number", "run-to-run jitter of execution times: coefficient of variation of a mean-1 "
         "log-normal factor (at most 10: a log-normal sigma of 2.15, far beyond any measured device)", default=0.0,

@@ -250,6 +250,8 @@ def read_perf_analyzer_csv(path: str | Path, field: str | None = None) -> pd.Dat
     ``#`` before the header are provenance notes, skipped. Anything else is a one-line :class:`ConfigError` on
     ``field`` (default: the path)."""
     field = field or str(path)
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block the read, or never end
+        raise ConfigError(field, f"{str(path)!r} is not a regular file; give the file perf_analyzer -f wrote")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -263,10 +265,25 @@ def read_perf_analyzer_csv(path: str | Path, field: str | None = None) -> pd.Dat
     if mode is None:
         raise ConfigError(field, f"not a perf_analyzer CSV: its first column must be 'Concurrency' or 'Request "
                                  f"Rate', got {first!r}")
+    import csv
     import io
 
+    try:  # every row as wide as the header (pandas would fill a short row with NaN, or fail on a long one)
+        rows = list(csv.reader(io.StringIO("\n".join(lines) + "\n"), strict=True))
+    except csv.Error as e:
+        raise ConfigError(field, f"not a perf_analyzer CSV: cannot parse it ({e}); give the file perf_analyzer -f "
+                                 "wrote") from None
+    width = len(rows[0]) - (rows[0][-1] == "")
+    for k, row in enumerate(rows[1:], start=2):
+        if len(row) - (row[-1] == "" if row else 0) != width:
+            raise ConfigError(field, f"not a perf_analyzer CSV: data row {k - 1} has {len(row)} fields, its header "
+                                     f"{width}; give the file perf_analyzer -f wrote")
     # index_col=False: a line ending in a comma (the documentation's --collect-metrics example) is no index
-    df = pd.read_csv(io.StringIO("\n".join(lines) + "\n"), index_col=False)
+    try:
+        df = pd.read_csv(io.StringIO("\n".join(lines) + "\n"), index_col=False)
+    except (pd.errors.ParserError, ValueError) as e:
+        raise ConfigError(field, f"not a perf_analyzer CSV: cannot parse it ({' '.join(str(e).split())[:200]})") \
+            from None
     need = [THROUGHPUT, *LATENCY_COLUMNS]
     lacking = [c for c in need if c not in df.columns]
     if lacking:

@@ -48,7 +48,7 @@ from typing import Any
 
 from dvasim.core.arith import int_sum
 from dvasim.errors import ConfigError
-from dvasim.schema import Key, Section, find_file
+from dvasim.schema import MAX_FACTOR, Key, Section, find_file
 
 MODULE_KINDS = ("eager", "torchscript", "cudagraph", "tensorrt", "tensorflow")
 LAW_KEYS = ("launch_fixed_ms", "launch_per_op_ms", "launch_model_per_row_ms")
@@ -70,7 +70,7 @@ HOST = Section("engine.host", "the host of a GPU run: launch costs, launching co
     Key("last_launch_ms", "number", 'more (or less) launch cost of the last stage than its operators imply (ms; the output side)'),
     Key("first_copy_ms", "number", "more copy cost of the first stage's launch: the batch's inputs brought in (ms, under the lock)"),
     Key("first_copy_per_row_ms", "number", 'more copy cost of the first stage per batch row (ms; on a core, without the lock)'),
-    Key("launch_scale", "number", 'factor on every launch cost (a host faster or slower than the profiled one)', default=1.0, minimum=0, strict=True),
+    Key("launch_scale", "number", 'factor on every launch cost (a host faster or slower than the profiled one)', default=1.0, minimum=1 / MAX_FACTOR, maximum=MAX_FACTOR),
     Key("copy_ms", "per_stage", 'per-stage buffer-copy cost of a launch at batch 0 (number or list, ms; holds the interpreter lock)', minimum=0),
     Key("copy_per_row_ms", "per_stage", 'per-stage growth of the copy cost per batch row (number or list, ms; on a core, without the interpreter lock)', minimum=0),
     Key("copy_lock", "choice", 'what of a copy holds the interpreter lock: "fixed" (copy_ms alone; the per-row part runs on a core, as torch\'s copy bindings release the lock) or "all" (the whole copy: the model before 2026-11-28, which also stands in for a host whose driver calls serialise)', default="fixed", choices=("fixed", "all")),

@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dvasim.schema import Key, Section
+from dvasim.schema import MAX_BYTES, Key, Section
 
 MODES = ("none", "pool", "on_launch")
 IMAGE_BYTES = 3 * 224 * 224 * 4  # one 224x224 RGB image in float32
@@ -42,8 +42,9 @@ TRANSFER = Section("engine.transfer", "host-to-GPU input copies (E2bird's memory
     Key("mode", "choice", '"none" (no transfer modelled), "pool" (E2bird\'s memory pool) or "on_launch" (TF-Serving)',
         default="none", choices=MODES),
     Key("input_bytes", "number", "bytes of one query's input (default: a 3x224x224 float32 image)",
-        default=float(IMAGE_BYTES), minimum=0),
-    Key("input_bytes_per_token", "number", "more bytes per token of the query's length", default=0.0, minimum=0),
+        default=float(IMAGE_BYTES), minimum=0, maximum=MAX_BYTES),
+    Key("input_bytes_per_token", "number", "more bytes per token of the query's length", default=0.0, minimum=0,
+        maximum=MAX_BYTES),
     Key("bandwidth_gbps", "number", "effective host-to-device bandwidth, GB/s (12: PCIe 3.0 x16, pinned)",
         default=12.0, minimum=0, strict=True),
 ))

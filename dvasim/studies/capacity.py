@@ -91,7 +91,7 @@ from dvasim import config as cfgmod
 from dvasim.errors import ConfigError, IncompleteRunWarning
 from dvasim.reporting.intervals import Interval, against_best, clopper_pearson, inflation, over_seeds
 from dvasim.reporting.verdict import default_backlog, percentile_ms, recovery
-from dvasim.schema import Key, Section
+from dvasim.schema import MIN_QPS, Key, Section
 from dvasim.workload.arrivals import MAX_QUERIES
 
 RATE_KINDS = ("poisson", "uniform", "gamma", "trace")  # a rate a probe can set (a trace: scaled to it)
@@ -135,8 +135,8 @@ OPTIONS = Section("capacity", "the capacity search's settings (dvasim capacity's
         "seeds), stepping down while it fails (10: 600 s for 60 s probes, LoadGen's Server rule; 0: none)",
         default=CONFIRM_FACTOR, minimum=0, maximum=100),
     Key("max_doublings", "int", "most doublings of the bracket's top", default=8, minimum=0, maximum=MAX_DOUBLINGS),
-    Key("lo", "number", "bottom of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
-    Key("hi", "number", "top of the first bracket (qps)", minimum=0, strict=True, maximum=MAX_RATE_QPS),
+    Key("lo", "number", "bottom of the first bracket (qps)", minimum=MIN_QPS, maximum=MAX_RATE_QPS),
+    Key("hi", "number", "top of the first bracket (qps)", minimum=MIN_QPS, maximum=MAX_RATE_QPS),
     Key("seeds", "int", "independent searches (workload seeds apart); the capacity their mean, with its t interval",
         default=1, minimum=1, maximum=MAX_SEEDS),
     Key("workers", "int", "processes running independent searches at once (default: one per core, at most the "
@@ -195,8 +195,8 @@ def prepare(config, slo_ms: float, *, percentile: float = 99.0, overrides: list[
     default_hi = hi is None
     lo = 1.0 if lo is None else float(lo)
     hi = 2.0 * float(bound) if hi is None else float(hi)
-    if not 0 < lo < hi:
-        raise ConfigError("--lo", f"need 0 < lo < hi, got lo={lo!r}, hi={hi!r}"
+    if not MIN_QPS <= lo < hi:  # a rate's physical range (dvasim.schema): the probes never go below lo
+        raise ConfigError("--lo", f"need {MIN_QPS:g} <= lo < hi, got lo={lo!r}, hi={hi!r}"
                                   + (" (the default: twice the table's throughput bound)" if default_hi else ""))
     check_probe_config(raw, stack, lo, n0, max_queries)
     seed0 = raw.get("workload", {}).get("seed", 0)

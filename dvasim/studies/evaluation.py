@@ -341,7 +341,10 @@ class _Jobs:
 
     def __init__(self, workers: int, n_jobs: int):
         workers = min(workers, n_jobs)  # never more processes than jobs
-        self.pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+        from dvasim.studies.parallel import _leave_sigint
+
+        # the workers leave Ctrl-C to this process, which ends them at once (run); SIGTERM ends a worker
+        self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_leave_sigint) if workers > 1 else None
         self.waiting: dict[Future, Callable[[Any], None]] = {}
 
     def submit(self, fn: Callable[[Any], Any], arg: Any, then: Callable[[Any], None]) -> None:
@@ -357,6 +360,11 @@ class _Jobs:
                 done, _ = wait(list(self.waiting), return_when=FIRST_COMPLETED)
                 for fut in sorted(done, key=list(self.waiting).index):  # (in the order they were submitted)
                     self.waiting.pop(fut)(fut.result())
+        except BaseException:  # a failed job, Ctrl-C or SIGTERM: cancel what has not started, end what runs now
+            from dvasim.studies.parallel import _stop
+
+            _stop(self.pool)
+            raise
         finally:
             if self.pool is not None:
                 self.pool.shutdown(cancel_futures=True)
@@ -479,6 +487,12 @@ class _CompareJobs:
         self.bar.update(1)
         if policy != "delaybatch":
             return
+        if found[0] <= 0:  # no load met the SLO: the runs at fractions of the peak would have no load at all
+            from dvasim.errors import ConfigError
+
+            slo = self.peak_kw.get("qos_ms", QOS_MS)
+            raise ConfigError("--slo-ms", f"no load of {model} met a p99 within {slo:g} ms under DelayBatch (its peak "
+                                          "search found 0 QPS); give a larger SLO")
         i = self.first_run[model]
         for load, frac in LOADS.items():
             rate = frac * found[0]

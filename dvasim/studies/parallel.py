@@ -77,9 +77,12 @@ def map_jobs(fn: Callable[[Any, Any], Any], jobs: Sequence[Any], *, workers: int
 
 
 def _leave_sigint() -> None:
+    """A worker's start: Ctrl-C is its parent's to handle, and SIGTERM (the parent's ``terminate()``) ends it at once
+    (a handler inherited from ``dvasim``, which raises, let a worker go on to its next job: 15 s more to exit)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _stop(pool) -> None:

@@ -77,8 +77,9 @@ def check_plan(config, qps: float, slo_ms: float, *, policies: list[str] | None,
                overrides: list[str] | None, engine, stack: str | None, per_replica_queries: int,
                max_queries: int, replicas: int | None = None) -> tuple[dict[str, Any], list]:
     """Every setting checked before any probe: ``(base raw config, policy names)``."""
-    if not (isinstance(qps, int | float) and math.isfinite(qps) and 0 < qps <= capmod.MAX_RATE_QPS):
-        raise ConfigError("--qps", f"must be a rate > 0 and at most {capmod.MAX_RATE_QPS:g} qps, got {qps!r}")
+    if not (isinstance(qps, int | float) and math.isfinite(qps) and capmod.MIN_QPS <= qps <= capmod.MAX_RATE_QPS):
+        raise ConfigError("--qps", f"must be a rate > 0, at least {capmod.MIN_QPS:g} and at most "
+                                   f"{capmod.MAX_RATE_QPS:g} qps, got {qps!r}")
     if replicas is not None and not 1 <= int(replicas) <= MAX_PLAN_REPLICAS:
         raise ConfigError("--replicas", f"must be an integer in 1..{MAX_PLAN_REPLICAS}, got {replicas!r}")
     if not 1 <= int(per_replica_queries) <= MAX_QUERIES:

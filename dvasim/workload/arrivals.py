@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from dvasim.errors import ConfigError
+from dvasim.schema import MAX_QPS, MIN_QPS
 
 __all__ = ["poisson_arrivals", "gamma_arrivals", "uniform_arrivals", "stepping_arrivals", "stepping_rates"]
 
@@ -38,8 +39,9 @@ __all__ = ["poisson_arrivals", "gamma_arrivals", "uniform_arrivals", "stepping_a
 def _check_rate(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise ConfigError(f"workload.{name}", f"must be a number > 0 (queries per second), got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"workload.{name}", f"must be > 0, got {value!r}")
+    if not math.isfinite(value) or not MIN_QPS <= value <= MAX_QPS:  # a mean gap of at most MAX_MS, at least 1 ns
+        raise ConfigError(f"workload.{name}", f"must be a number in [{MIN_QPS:g}, {MAX_QPS:g}] (queries per second), "
+                                              f"got {value!r}")
     return float(value)
 
 

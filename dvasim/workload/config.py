@@ -50,8 +50,10 @@ from pathlib import Path
 import numpy as np
 
 from dvasim.errors import ConfigError, WorkloadError
-from dvasim.schema import Key, Section
+from dvasim.schema import MAX_FACTOR, Key, Section
 from dvasim.workload.arrivals import (
+    CV_RANGE,
+    MAX_START_MS,
     _check_count,
     _check_rate,
     _check_seed,
@@ -70,6 +72,9 @@ __all__ = ["Workload", "workload_from_config", "KINDS", "WORKLOAD", "length_rng"
 _LEN_KEYS = ("seq_len", "seq_len_dist")
 MAX_BACKLOG = 20_000_000  # as many queries as one run may take (dvasim.workload.arrivals.MAX_QUERIES)
 MAX_SEED = 2**63 - 1  # numpy's seed sequences take any int; records and caches keep it as an int64
+# an explicit arrival is at most ten times start_ms's bound (MAX_START_MS: a start there, then up to 9e12 ms of arrivals;
+# 317 years): the clock still resolves 2 us there (float64 spacing 0.002 ms); at 1e308 every latency rounds to 0
+MAX_ARRIVAL_MS = 10 * MAX_START_MS
 KINDS = ("poisson", "gamma", "uniform", "explicit", "stepping", "phases", "closed", "trace")
 _RATE = ("poisson", "gamma", "uniform")
 _ALL_BUT_EXPLICIT = ("poisson", "gamma", "uniform", "stepping", "phases", "closed", "trace")
@@ -78,7 +83,8 @@ WORKLOAD = Section("workload", "the queries: their arrival times and input lengt
     Key("rate_qps", "number", "mean arrival rate, queries per second (trace: scale the trace to this mean rate)",
         minimum=0, strict=True, kinds=(*_RATE, "trace")),
     Key("cv", "number", "coefficient of variation of the Gamma gaps (1 = poisson, < 1 smoother, > 1 burstier; "
-        "1e-06 to 1000)", minimum=0, strict=True, kinds=("gamma",)),
+        "1e-06 to 1000: the Gamma shape 1 / cv^2 stays a finite, non-zero number)", minimum=CV_RANGE[0],
+        maximum=CV_RANGE[1], kinds=("gamma",)),
     Key("n_queries", "int", "queries in the run (stepping: 32000; trace: every request, more loops it)",
         minimum=1, kinds=(*_RATE, "stepping", "closed", "trace")),
     Key("seed", "int", "seed of the arrivals' and the lengths' random streams (at most 2**63 - 1)", default=0,
@@ -109,8 +115,8 @@ WORKLOAD = Section("workload", "the queries: their arrival times and input lengt
         choices=("ms", "s", "us"), kinds=("trace",)),
     Key("length_column", "str", "input lengths from this column of the trace (instead of seq_len / seq_len_dist)",
         kinds=("trace",)),
-    Key("time_scale", "number", "multiply the trace's gaps (instead of rate_qps)", minimum=0, strict=True,
-        kinds=("trace",)),
+    Key("time_scale", "number", "multiply the trace's gaps (instead of rate_qps)", minimum=1 / MAX_FACTOR,
+        maximum=MAX_FACTOR, kinds=("trace",)),
     Key("seq_len", "int", "every query's input length (tables with a seq_len column)", minimum=1),
     Key("seq_len_dist", "str", 'input lengths sampled i.i.d. from "glue:RTE" (a GLUE task) or a lengths CSV',
         ),
@@ -208,8 +214,10 @@ def length_rng(seed: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1,))))
 
 
-def _number_list(key: str, value, *, integer: bool, low: float) -> np.ndarray:
+def _number_list(key: str, value, *, integer: bool, low: float, high: float | None = None) -> np.ndarray:
     what = f"a list of integers >= {low:g}" if integer else f"a list of numbers >= {low:g}"
+    if high is not None:
+        what = f"a list of numbers in [{low:g}, {high:g}]"
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence | np.ndarray):
         raise ConfigError(f"workload.{key}", f"must be {what}, got {type(value).__name__}")
     items = list(value)
@@ -219,7 +227,7 @@ def _number_list(key: str, value, *, integer: bool, low: float) -> np.ndarray:
     for i, x in enumerate(items):
         if isinstance(x, bool | np.bool_) or not isinstance(x, ok_types):
             raise ConfigError(f"workload.{key}", f"must be {what}; entry {i} is {x!r}")
-        if not math.isfinite(x) or x < low:
+        if not math.isfinite(x) or x < low or (high is not None and x > high):
             raise ConfigError(f"workload.{key}", f"must be {what}; entry {i} is {x!r}")
     return np.asarray(items, dtype=np.int64 if integer else np.float64)
 
@@ -244,8 +252,10 @@ def _trace_workload(section: Mapping, path, needs_seq_len: bool,
     scale = None
     if "time_scale" in section:
         scale = section["time_scale"]
-        if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale) or scale <= 0:
-            raise ConfigError("workload.time_scale", f"must be a number > 0 (multiplies every gap), got {scale!r}")
+        if (isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale)
+                or not 1 / MAX_FACTOR <= scale <= MAX_FACTOR):
+            raise ConfigError("workload.time_scale", f"must be a number in [{1 / MAX_FACTOR:g}, {MAX_FACTOR:g}] "
+                                                     f"(multiplies every gap), got {scale!r}")
         scale = float(scale)
     n = _check_count("n_queries", section["n_queries"]) if "n_queries" in section else None
     start = _check_start(section.get("start_ms", 0.0))
@@ -282,6 +292,13 @@ def workload_from_config(
     WORKLOAD.check(dict(section))  # unknown keys, types and ranges: one line naming the key
     seed = _check_seed(section.get("seed", WORKLOAD.default("seed")))
     arrivals, explicit_lens, desc, closed = _ARRIVALS[kind](_Keys(section, kind), seed, needs_seq_len, base_dir)
+    if closed is None and arrivals.size and not float(arrivals.max()) <= MAX_ARRIVAL_MS:  # (nan and inf too)
+        at_fault = {"stepping": "workload.start_qps", "phases": "workload.phases", "explicit": "workload.arrivals_ms",
+                    "trace": "workload.time_scale" if "time_scale" in section else "workload.n_queries"}
+        raise ConfigError(at_fault.get(kind, "workload.rate_qps"),
+                          f"the {arrivals.size:,} arrivals would reach {float(arrivals.max()):.3g} ms, beyond "
+                          f"{MAX_ARRIVAL_MS:g} ms (317 years, where the clock still resolves 2 us); give a higher rate "
+                          "or fewer queries")
     lens, desc = _lengths(section, kind, arrivals.size, explicit_lens, desc, seed, needs_seq_len, base_dir)
     priorities = None
     if "priority_mix" in section:
@@ -358,7 +375,7 @@ def _uniform(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
 
 
 def _explicit(s: _Keys, seed: int, needs_seq_len: bool, base_dir):
-    raw = _number_list("arrivals_ms", s.req("arrivals_ms"), integer=False, low=0)
+    raw = _number_list("arrivals_ms", s.req("arrivals_ms"), integer=False, low=0, high=MAX_ARRIVAL_MS)
     perm = np.argsort(raw, kind="stable")
     explicit_lens = None
     if "seq_lens" in s:

@@ -53,6 +53,9 @@ _PARQUET = (".parquet", ".pq")
 _FORMATS = "CSV (.csv) or JSON (.json, .jsonl, .ndjson), optionally gzip-compressed (.gz), or Parquet (.parquet)"
 _BARE = "<values>"  # the one column of a JSON list of numbers / strings
 _cache: dict[tuple, Trace] = {}
+# a trace spans at most 1e12 ms (31.7 years; workload.start_ms's bound, the clock's resolution): beyond, a time in the
+# wrong unit (or one that overflows to inf when converted to ms), not a recorded service
+MAX_SPAN_MS = 1e12
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,7 @@ def _times_ms(s: pd.Series, col: str, unit_ms: float, path: Path) -> np.ndarray:
     """Times in ms after the earliest, in file order."""
     where = f"trace file {path}, column {col!r}" if col != _BARE else f"trace file {path}"
     if pd.api.types.is_datetime64_any_dtype(s):
-        return _datetime_ms(s, s, where)
+        return _within_span(_datetime_ms(s, s, where), s, where)
     if pd.api.types.is_bool_dtype(s):
         raise WorkloadError("workload.column", f"{where}: must hold numbers (times) or date-times, got true/false values")
     if pd.api.types.is_numeric_dtype(s):
@@ -283,7 +286,7 @@ def _times_ms(s: pd.Series, col: str, unit_ms: float, path: Path) -> np.ndarray:
                     dt = pd.to_datetime(s, errors="coerce", utc=True, format="mixed")
             bad_dt = (dt.isna() & present).to_numpy()
             if not bad_dt.any():
-                return _datetime_ms(dt, s, where)
+                return _within_span(_datetime_ms(dt, s, where), s, where)
             if dt.notna().any():  # a column of date-times with some that are not
                 r = int(np.flatnonzero(bad_dt)[0])
                 raise WorkloadError("workload.column", f"{where}: {_describe_value(s.iloc[r])} in data row {r + 1} is "
@@ -300,7 +303,19 @@ def _times_ms(s: pd.Series, col: str, unit_ms: float, path: Path) -> np.ndarray:
         r = int(neg[0])
         raise WorkloadError("workload.column", f"{where}: negative time {_describe_value(s.iloc[r])} in data row {r + 1}; "
                                                "times must be >= 0")
-    return (vals - vals.min()) * unit_ms
+    with np.errstate(over="ignore", invalid="ignore"):  # a time that overflows in ms is refused just below
+        return _within_span((vals - vals.min()) * unit_ms, s, where)
+
+
+def _within_span(ms: np.ndarray, raw: pd.Series, where: str) -> np.ndarray:
+    """``ms`` (times after the earliest), refused in one line when one is beyond :data:`MAX_SPAN_MS`."""
+    far = np.flatnonzero(~(ms <= MAX_SPAN_MS))
+    if far.size:
+        r = int(far[0])
+        raise WorkloadError("workload.column", f"{where}: {_describe_value(raw.iloc[r])} in data row {r + 1} is "
+                                               f"{float(ms[r]):g} ms after the earliest time; a trace spans at most "
+                                               f"{MAX_SPAN_MS:g} ms (31.7 years): check the times and the unit")
+    return ms
 
 
 def _datetime_ms(dt: pd.Series, raw: pd.Series, where: str) -> np.ndarray:

@@ -240,7 +240,7 @@ class CountingPool:
 
     asked: list[int] = []
 
-    def __init__(self, max_workers):
+    def __init__(self, max_workers, **_kw):  # (initializer: the workers' signal handling)
         CountingPool.asked.append(max_workers)
 
     def __enter__(self):

@@ -92,7 +92,7 @@ def assert_one_line_error(code, err, *needles):
     [
         ("policy.name=fastest", ["policy.name", "allowed", "zerobatch"]),
         ("policy.colour=1", ["policy.colour", "allowed"]),
-        ("workload.rate_qps=-5", ["workload.rate_qps", "> 0"]),
+        ("workload.rate_qps=-5", ["workload.rate_qps", "in [1e-06, 1e+09]"]),
         ("engine.buffer_pairs=0", ["engine.buffer_pairs", "1..64"]),
         ("engine.sharing=magic", ["engine.sharing", "fluid"]),
         ("engine.turbo=true", ["engine.turbo", "allowed"]),
