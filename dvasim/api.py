@@ -31,7 +31,8 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
     """Simulate one config (a TOML path, a dict of sections, or an already resolved dict). ``engine``: an engine
     file written by ``dvasim fit``, merged over the config's ``[engine]`` (``--set`` overrides still win).
     ``stack``: the serving stack by name (over the config's ``[server] stack``; see :mod:`dvasim.server`); every
-    run names its stack in ``summary["stack"]``.
+    run names its stack in ``summary["stack"]`` and why in ``summary["stack_source"]`` (e.g. ``implied by device
+    h100``: :func:`dvasim.server.resolve.stack_reason`).
     ``records``: stream every query's record to this Parquet file as the run goes (memory then stays bounded
     whatever the run's length; ``result.queries`` reads the file back when used); default: keep them in memory.
     ``timeline``: also record the first this many stage executions (``result.extra["timeline"]``, a DataFrame:
@@ -218,7 +219,7 @@ def _summary(store, cfg: dict[str, Any], parts: _Parts, res, offered, trigger=No
     profile = parts.profile
     n_rep = len(parts.pipelines)
     summary.update(
-        policy=parts.policy.name, model=profile.name, stack=parts.served.label,
+        policy=parts.policy.name, model=profile.name, stack=parts.served.label, stack_source=parts.served.reason,
         triton_release=parts.served.triton_release, n_stages=profile.n_stages,
         buffer_pairs=cfg["engine"]["buffer_pairs"], instances=parts.pipeline.instances,
         device_busy_fraction=res.device_busy_ms / res.sim_end_ms / n_rep if res.sim_end_ms > 0 else 0.0,

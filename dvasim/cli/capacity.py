@@ -16,7 +16,7 @@ import math
 import sys
 from pathlib import Path
 
-from dvasim.cli.common import add_stack_arguments, check_stack, set_help
+from dvasim.cli.common import add_stack_arguments, check_stack, print_config_stack, set_help
 from dvasim.errors import check_out_dir
 from dvasim.outputs import output_error, write_text
 from dvasim.reporting.result import strict_json
@@ -98,6 +98,7 @@ def cmd_capacity(args) -> int:
     check_out_dir(args.out)
     kw = dict(percentile=args.percentile, overrides=args.set, resolution=args.resolution, lo=args.lo, hi=args.hi,
               progress=show_probe, stack=args.stack, engine=args.engine, seeds=args.seeds, **probe_kwargs(args))
+    print_config_stack(args.config, args.set, args.stack, args.engine)
     if args.policies is not None:
         names = [x.strip() for x in args.policies.split(",") if x.strip()]
         res = compare_policies(args.config, args.slo_ms, names, **kw)

@@ -23,6 +23,25 @@ def check_stack(name) -> None:
         stack_by_name(name, "--stack")
 
 
+def stack_line(name, reason) -> str:
+    """The line every command that simulates prints about its serving stack: ``stack: NAME (WHY)``, e.g. ``stack:
+    cudagraph (implied by device h100)`` (:func:`dvasim.server.resolve.stack_reason`)."""
+    return f"stack: {name} ({reason})" if reason else f"stack: {name}"
+
+
+def print_config_stack(config, overrides=None, stack=None, engine=None) -> None:
+    """:func:`stack_line` of a config before it runs (a study's runs): the stack it resolves to and why. A config
+    that does not resolve prints nothing here (the study's own checks then say what is wrong)."""
+    from dvasim.errors import DvasimError
+    from dvasim.studies.sweep import config_stack
+
+    try:
+        name, reason = config_stack(config, overrides, stack=stack, engine=engine)
+    except DvasimError:
+        return
+    print(stack_line(name, reason), flush=True)
+
+
 def print_summary(summary: dict, file=None) -> None:
     """The summary's main numbers, one a line (a cluster's replicas after them); ``file``: default the standard
     output as it is when called (not as it was when this module was imported)."""

@@ -82,7 +82,26 @@ def argument_problem(args, models: list[str], labels: list[str]) -> str | None:
     if unknown or not labels:
         what = f"unknown {unknown[0]!r}" if unknown else "no label given"
         return f"--policies: {what}; allowed: {', '.join(study.VARIANT_BY_LABEL)}"
-    return number_problem(args)
+    return number_problem(args) or slo_problem(args, models)
+
+
+def slo_problem(args, models: list[str]) -> str | None:
+    """``--slo-ms`` below a model's fastest query (batch 1 alone, its shortest input, on ``--device``'s table): no
+    load meets it, and the study would find a peak of 0 and fail only after its runs. None if every model can."""
+    import math
+
+    from dvasim.model.catalog import resolve_model
+
+    if args.engine is not None:  # its [engine.host] gpu_table may time the stages otherwise: the study finds out
+        return None
+    for m in models:
+        table = resolve_model({"name": m, "device": args.device, "stages": study.MODELS[m]["stages"]}).table
+        fastest = min(table.total(1, int(s)) for s in table.seq_lens) if table.seq_lens is not None else table.total(1)
+        if args.slo_ms < fastest:
+            least = math.ceil(fastest * 1000) / 1000  # (rounded up: the least value it names is accepted)
+            return (f"--slo-ms: {args.slo_ms:g} ms is below {m}'s fastest query on {args.device} ({fastest:.4g} ms at "
+                    f"batch 1): no load can meet it; give at least {least:g}")
+    return None
 
 
 def number_problem(args) -> str | None:
@@ -90,6 +109,7 @@ def number_problem(args) -> str | None:
     import math
 
     from dvasim.model.catalog import DEVICES
+    from dvasim.schema import MAX_MS
     from dvasim.workload.arrivals import MAX_QUERIES
     from dvasim.workload.config import MAX_SEED
 
@@ -98,8 +118,8 @@ def number_problem(args) -> str | None:
                 f"got {args.queries:,}")
     if not 1 <= args.workers <= MAX_WORKERS:
         return f"--workers: must be an integer in 1..{MAX_WORKERS}, got {args.workers}"
-    if not (math.isfinite(args.slo_ms) and args.slo_ms > 0):
-        return f"--slo-ms: must be a finite number > 0 (ms), got {args.slo_ms}"
+    if not (math.isfinite(args.slo_ms) and 0 < args.slo_ms <= MAX_MS):  # a time: at most MAX_MS (dvasim.schema)
+        return f"--slo-ms: must be a finite number in (0, {MAX_MS:g}] (ms), got {args.slo_ms}"
     if not 0 <= args.seed <= MAX_SEED:
         return f"--seed: must be an integer in 0..2**63-1, got {args.seed}"
     if not 1 <= args.seeds <= MAX_SEEDS:
@@ -141,6 +161,8 @@ def cli_compare(argv: list[str] | None = None) -> int:
         return error_line(problem, "compare")
     served = served_by(args)
     check_out_dir(args.out)
+    for line in compare_study.stack_lines(models, args.device, args.stack, args.engine):
+        print(line, flush=True)
     out = Path(args.out)
     t0 = time.perf_counter()
     results, calib = study.compare(models, n_queries=1000 if args.quick else args.queries, seed=args.seed,
@@ -203,7 +225,8 @@ def report(results, calib, out: Path, args) -> None:
                                 f"mean latency (paper Figure 14){on}"), {"device": args.device})]
     if att["share_multientry_pp"].notna().any():
         figures.append(("attribution_bars", (att, out / "attribution.png", "DVABatch's mean-latency reduction vs "
-                                             f"DelayBatch, by step (points of DelayBatch's mean){on}"), {}))
+                                             f"DelayBatch, by step (points of DelayBatch's mean){on}"),
+                        {"device": args.device, "offered": results}))
     draw_figures(figures, args.workers)
     print_report(results, calib, red, sys.stdout, args.slo_ms)
     if built:

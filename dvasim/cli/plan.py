@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dvasim.cli.capacity import add_probe_arguments, probe_kwargs, rules_text, show_probe, write_json
-from dvasim.cli.common import add_stack_arguments, check_stack, set_help
+from dvasim.cli.common import add_stack_arguments, check_stack, print_config_stack, set_help
 from dvasim.errors import check_out_dir
 from dvasim.outputs import write_text
 
@@ -63,6 +63,7 @@ def cmd_plan(args) -> int:
               engine=args.engine, stack=args.stack, resolution=args.resolution,
               per_replica_queries=args.per_replica_queries, policies=names,
               progress=None if args.quiet else show_probe, **probe_kwargs(args))
+    print_config_stack(args.config, args.set, args.stack, args.engine)
     if args.replicas is not None:
         res = replicas_hold(args.config, args.replicas, args.slo_ms, **kw)
     else:

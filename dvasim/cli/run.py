@@ -19,7 +19,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from dvasim.cli.common import add_config_arguments, add_stack_arguments, check_stack, print_summary
+from dvasim.cli.common import (
+    add_config_arguments,
+    add_stack_arguments,
+    check_stack,
+    print_summary,
+    stack_line,
+)
 from dvasim.errors import ConfigError, check_out_dir
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -127,6 +133,7 @@ def _run_and_write(args, stop: StopSignals) -> int:
     if signum is not None:  # stopped by a signal (or one came as the run ended): no figures, then the line
         out = write_outputs(result, args.out, figure=False, csv=args.csv)
         print(f"dvasim run {args.config}: results in {out}/")
+        print(stack_line(result.summary.get("stack"), result.summary.get("stack_source")))
         print_summary(result.summary)
         s, name = result.summary, signal.Signals(signum).name
         what = (f"{s['interrupted_reason']} ({s['n_completed']:,} of {s['n_queries']:,} recorded queries finished; "
@@ -136,6 +143,7 @@ def _run_and_write(args, stop: StopSignals) -> int:
         return 128 + signum
     out = write_outputs(result, args.out, figure=not args.no_figure, csv=args.csv)
     print(f"dvasim run {args.config}: results in {out}/")
+    print(stack_line(result.summary.get("stack"), result.summary.get("stack_source")))
     print_summary(result.summary)
     if result.stuck:
         done = result.summary["n_completed"]

@@ -49,6 +49,9 @@ def add_parser(sub) -> None:
                    help="with --export: a measured perf_analyzer CSV to draw the simulated table over "
                         "(OUT/perf_analyzer_overlay.png: p50 and p99 latency against throughput)")
     add_stack_arguments(p, every=True)
+    p.add_argument("--stack-follows-device", action="store_true",
+                   help="let each point's device imply its own stack (default: a sweep that varies the device "
+                        "holds the stack at the base config's, so that only the device changes)")
     p.set_defaults(func=cmd_sweep)
 
 
@@ -61,7 +64,8 @@ def cmd_sweep(args) -> int:
     measured = check_export_arguments(args)
     table = sweep(args.sweep, args.out, workers=args.workers, dask=args.dask, figure=not args.no_figure,
                   stack=args.stack, engine=args.engine, overrides=args.set, export=args.export,
-                  export_out=args.export_out, verbose_csv=args.verbose_csv)
+                  export_out=args.export_out, verbose_csv=args.verbose_csv,
+                  stack_follows_device=args.stack_follows_device)
     if measured is not None:
         table.attrs["files"].append(str(overlay(table.attrs["perf_analyzer_csv"], measured, args.out)))
     files = ", ".join(table.attrs.get("files", []))
@@ -70,6 +74,8 @@ def cmd_sweep(args) -> int:
         print(f"note: {table.attrs['perf_analyzer_left_out']} runs finished no query and have no row in "
               f"{table.attrs['perf_analyzer_csv']}")
     flagged = show_results(table)
+    for line in table.attrs.get("stack_lines", []):  # the stack of the runs, and why (held across devices?)
+        print(line)
     stuck = flagged.get("stuck", 0)
     if stuck:
         print(f"dvasim: error: {stuck} runs did not finish every query (column 'stuck' of results.csv says where)",

@@ -24,6 +24,7 @@ from dvasim.cli.common import (
     needs_torch,
     number,
     positive_int,
+    stack_line,
     thread_count,
 )
 from dvasim.errors import DvasimError, check_out_dir
@@ -72,5 +73,20 @@ def cli_validate(argv: list[str]) -> int:
     except ReplayError as e:
         return error_line(e, "validate", 1)
     print(f"dvasim validate {args.config}: results in {args.out}/")
+    print_sim_stack(args.out)
     print(format_fidelity(fid))
     return 0
+
+
+def print_sim_stack(out) -> None:
+    """:func:`stack_line` of the simulation validate ran (its summary.json: ``sim/``, or ``sim_0/`` with a table
+    per repeat)."""
+    import json
+    from pathlib import Path
+
+    for sub in ("sim", "sim_0"):
+        path = Path(out) / sub / "summary.json"
+        if path.is_file():
+            s = json.loads(path.read_text(encoding="utf-8"))
+            print(stack_line(s.get("stack"), s.get("stack_source")))
+            return

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dvasim.errors import ConfigError
-from dvasim.schema import Key, Section
+from dvasim.schema import MAX_FACTOR, Key, Section
 from dvasim.server.costs import BatchCosts, model_io
 from dvasim.server.stacks import BOOL_FIELDS, FIELD_HELP, MODULE_KINDS, RELEASE_FIELDS, STACKS, ServingStack
 
@@ -44,6 +44,8 @@ def _field_key(name: str, help_: str) -> Key:
         return Key(name, "number", help_ + " (GB/s; inf = free)", minimum=0, strict=True, allow_inf=True)
     if name == "host_cores":
         return Key(name, "number", help_, minimum=1)
+    if name == "corun_per_worker":  # a slowdown: at most MAX_FACTOR (dvasim.schema)
+        return Key(name, "number", help_, minimum=0, maximum=MAX_FACTOR)
     return Key(name, "number", help_, minimum=0)
 
 
@@ -70,6 +72,7 @@ class StackRun:
 
     stack: ServingStack
     source: str  # why this stack: "config", "engine.host", or the table's implication
+    reason: str = ""  # why, in a few words, as every command prints it (stack_reason): "implied by device h100"
     host: Any = None  # a HostModel, or None (no host model)
     batch: BatchCosts | None = None
     operators: list[int] | None = None
@@ -116,6 +119,26 @@ def check_server(section: Any) -> dict[str, Any]:
     return SERVER.check(section)
 
 
+NAMED_BY_TABLE = "the table's provenance names it ('# stack:')"
+
+
+def stack_reason(source: str, model=None, stack_arg: bool = False) -> str:
+    """Why a run serves on its stack, in a few words (``summary["stack_source"]``; every command prints it as
+    ``stack: NAME (REASON)``): ``set by --stack``, ``set in [server] stack``, ``implied by [engine.host] (an engine
+    file or a hand-written host)``, ``implied by device h100``, ``named by the table's '# stack:' line``, or
+    ``default: the table names no stack``."""
+    if source == "config":
+        return "set by --stack" if stack_arg else "set in [server] stack"
+    if source == "engine.host":
+        return "implied by [engine.host] (an engine file or a hand-written host)"
+    device = getattr(model, "device", None)
+    if device in DEVICE_STACKS:
+        return f"implied by device {device}"
+    if source.endswith(NAMED_BY_TABLE):
+        return "named by the table's '# stack:' line"
+    return "default: the table names no stack"
+
+
 def implied_stack(model) -> tuple[str, str]:
     """The stack a resolved model's table implies, and why (see the module docstring)."""
     if getattr(model, "device", None) in DEVICE_STACKS:
@@ -126,7 +149,7 @@ def implied_stack(model) -> tuple[str, str]:
         if named not in STACKS:
             raise ConfigError("model.table", f"its provenance names stack {named!r}, which is not one of "
                                              f"{', '.join(STACKS)}; fix the '# stack:' line")
-        return named, "the table's provenance names it ('# stack:')"
+        return named, NAMED_BY_TABLE
     return "as-profiled", "the table's source names no serving stack ('# stack:' line): its times are taken as they are"
 
 
@@ -204,7 +227,7 @@ def resolve_stack(cfg: dict[str, Any], model, transfer=None, stack: str | None =
                                                              "with one ([server] stack = ...) to set its costs")
     n = model.table.n_stages
     ops, ops_src = stage_operators(model)
-    run = StackRun(st, source)
+    run = StackRun(st, source, stack_reason(source, model, stack is not None))
     base_dir = cfg.get("base_dir")
     if st.adds_nothing:
         if eng_host:

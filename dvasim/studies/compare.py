@@ -43,6 +43,32 @@ def stack_of(model: str, device: str, stack: str | None = None, engine=None) -> 
     return resolve_stack(cfg, resolve_model(cfg["model"]), stack=stack).label
 
 
+def stack_lines(models, device: str, stack: str | None = None, engine_file=None,
+                default_device: str = "titanrtx") -> list[str]:
+    """What ``dvasim compare`` prints about its stack before the first run: ``stack: NAME (WHY)`` (one line per
+    stack when the models' differ), and, where ``device`` is not ``default_device`` and no stack is named, that the
+    stack follows the device (so a comparison across devices is one across stacks too, unless ``--stack`` holds
+    it)."""
+    from dvasim.studies.sweep import config_stack
+
+    seen: dict[tuple[str, str], list[str]] = {}
+    for m in models:
+        raw = study.make_config(m, {"name": "zerobatch"}, {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1},
+                                device=device, stack=stack)
+        seen.setdefault(config_stack(raw, stack=stack, engine=engine_file), []).append(m)
+    lines = [f"stack: {name} ({why})" + (f" for {', '.join(ms)}" if len(seen) > 1 else "")
+             for (name, why), ms in seen.items()]
+    if stack is None and device != default_device and all(why.startswith("implied by device") for _, why in seen):
+        other, _ = config_stack(study.make_config(models[0], {"name": "zerobatch"},
+                                                  {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1},
+                                                  device=default_device), engine=engine_file)
+        if other not in {name for name, _ in seen}:
+            lines.append(f"note: the stack follows --device: {device} implies {', '.join(n for n, _ in seen)}, "
+                         f"{default_device} (the default) {other}; a comparison of two devices compares two stacks "
+                         "too unless --stack NAME holds it")
+    return lines
+
+
 def with_stacks(results: pd.DataFrame, calib: pd.DataFrame, device: str, stack: str | None = None,
                 engine_file=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``results`` and ``calib`` with a ``stack`` column after ``model``: each run's ``summary["stack"]`` where

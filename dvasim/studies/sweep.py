@@ -31,6 +31,14 @@ before ``--set``), so the file travels inside every point's config to any worker
 (``overrides=``) is applied to every point after the file's ``set``, like it; a key the sweep varies cannot be
 ``--set`` (the swept values would overwrite it).
 
+**The stack is held across devices.** Each device implies its own stack (:mod:`dvasim.server.resolve`: the H100's
+tables ``cudagraph``, the A100's ``triton-tensorrt``), so a sweep over ``model.device`` would change two things at
+once. A sweep whose points differ in their device runs every point that names no stack of its own on the base
+config's stack (:func:`hold_stack`), and says so; ``--stack-follows-device`` (``stack_follows_device=True``) lets
+each device imply its own, and a point that sets ``server.stack`` (or ``[engine.host]``) keeps it. Every run's
+stack and why are its results' ``stack`` and ``stack_source`` columns; ``dvasim sweep`` prints them
+(:func:`stack_lines`) after its results table.
+
 A dotted key ``section.key`` sets one key (``engine.host.key`` a key of ``[engine.host]``); a value ``"unset"``
 given as ``{unset = true}`` removes the key. Runs are independent and deterministic, so a sweep's results do
 not depend on where or in which order its runs ran: serially (``workers = 1``), in local processes (the
@@ -132,6 +140,7 @@ class Point:
     values: dict[str, Any]
     config: dict[str, Any]
     key: str  # hash of the resolved config (and dvasim's version): the run's cache name
+    stack_note: str = ""  # why the point's stack was held (:func:`hold_stack`), its results' stack_source
 
 
 # ----------------------------------------------------------------------------- the sweep file
@@ -294,11 +303,12 @@ def run_key(config: dict[str, Any], version: str | None = None) -> str:
 
 
 def expand(sweep: dict[str, Any], *, stack: str | None = None, engine: str | Path | None = None,
-           overrides: list[str] | None = None) -> list[Point]:
+           overrides: list[str] | None = None, stack_follows_device: bool = False) -> list[Point]:
     """Every run of a loaded sweep, in a fixed order: grid points, each with every random draw, each with every
     seed; each point's config resolved and its policy made (:func:`check_points` builds the rest). ``engine``: an
     engine file merged into the base config first; ``overrides``: ``--set`` overrides after the file's ``set``;
-    ``stack``: the stack every point runs on (part of each point's cache key)."""
+    ``stack``: the stack every point runs on (part of each point's cache key). A sweep that varies the device
+    holds the stack (:func:`hold_stack`) unless ``stack_follows_device``."""
     from dvasim.api import versions
 
     n = sweep_size(sweep)
@@ -309,7 +319,7 @@ def expand(sweep: dict[str, Any], *, stack: str | None = None, engine: str | Pat
     keys = list(dict.fromkeys([*grid[0], *draws[0], *(["workload.seed"] if seeds is not None else [])]))
     base = cfgmod.apply_overrides(base, check_overrides(overrides, keys))
     version = versions().get("dvasim", "")
-    points = []
+    raws = []
     for g, r, s in itertools.product(grid, draws, seeds if seeds is not None else [None]):
         values = {**g, **r}
         if s is not None:
@@ -317,6 +327,10 @@ def expand(sweep: dict[str, Any], *, stack: str | None = None, engine: str | Pat
         raw = copy.deepcopy(base)
         for k, v in values.items():
             _set_dotted(raw, k, v, f"sweep.grid.{k}")
+        raws.append((values, raw))
+    notes = [""] * len(raws) if stack is not None or stack_follows_device else hold_stack(raws, base)
+    points = []
+    for (values, raw), note in zip(raws, notes):
         try:
             key = run_key(raw, version)
         except DvasimError as e:
@@ -325,8 +339,107 @@ def expand(sweep: dict[str, Any], *, stack: str | None = None, engine: str | Pat
             key = hashlib.sha256((key + json.dumps(sweep["capacity"], sort_keys=True)).encode()).hexdigest()[:20]
         if stack is not None:
             key = hashlib.sha256(f"{key} stack={stack}".encode()).hexdigest()[:20]
-        points.append(Point(values, raw, key))
+        points.append(Point(values, raw, key, note))
     return points
+
+
+# ----------------------------------------------------------------------------- the stack of a sweep's points
+def _device(raw: dict[str, Any]) -> str | None:
+    """The device of a raw config's named model (its default when unnamed in the config), ``None`` for a table."""
+    from dvasim.model.catalog import MODEL
+
+    model = raw.get("model")
+    if not isinstance(model, dict) or "table" in model or "name" not in model:
+        return None
+    return model.get("device", MODEL.default("device"))
+
+
+def _own_stack(raw: dict[str, Any]) -> bool:
+    """The raw config names its stack (``[server] stack``) or its host (``[engine.host]``: the stack ``custom``)."""
+    server, engine = raw.get("server"), raw.get("engine")
+    return ((isinstance(server, dict) and "stack" in server)
+            or (isinstance(engine, dict) and bool(engine.get("host"))))
+
+
+def hold_stack(raws: list[tuple[dict[str, Any], dict[str, Any]]], base: dict[str, Any]) -> list[str]:
+    """A sweep whose points differ in their device holds the stack fixed: every point whose stack its device would
+    imply (no ``[server] stack``, no ``[engine.host]`` of its own) gets the base config's stack
+    (:func:`config_stack`; the first such point's when the base does not resolve alone) as ``[server] stack``,
+    so that one comparison changes one thing. ``raws``: ``(swept values, raw config)`` of every point, changed in
+    place. Returns each point's note (its results' ``stack_source``; ``""`` where nothing was held).
+    ``dvasim sweep --stack-follows-device`` (``sweep(..., stack_follows_device=True)``) skips this."""
+    notes = [""] * len(raws)
+    if not any(k == "model" or k.startswith("model.") for values, _ in raws[:1] for k in values):
+        return notes  # the device is the base config's at every point
+    devices = {_device(raw) for _, raw in raws}
+    implied = [i for i, (_, raw) in enumerate(raws) if not _own_stack(raw)]
+    if len(devices) < 2 or not implied:
+        return notes
+    try:
+        name, reason = config_stack(base, name_only=True)
+    except DvasimError:  # the base alone is no config (the grid completes it): the first implied point's stack
+        try:
+            name, reason = config_stack(raws[implied[0]][1], name_only=True)
+        except DvasimError:
+            return notes  # the point's own error comes when its key is made
+    note = f"held across devices: the base config's, {reason}"
+    for i in implied:
+        raw = raws[i][1]
+        raw["server"] = {**(raw.get("server") if isinstance(raw.get("server"), dict) else {}), "stack": name}
+        notes[i] = note
+    return notes
+
+
+def config_stack(config: Any, overrides: list[str] | None = None, *, stack: str | None = None,
+                 engine: str | Path | None = None, name_only: bool = False) -> tuple[str, str]:
+    """The serving stack a config runs on, as :func:`dvasim.run` resolves it (without running it), and why:
+    ``(label, reason)``, e.g. ``("cudagraph", "implied by device h100")``
+    (:func:`dvasim.server.resolve.stack_reason`); ``name_only``: the stack's name rather than its label (which
+    names a Triton release the config sets). A config that does not resolve raises its :class:`ConfigError`."""
+    from dvasim.model.catalog import resolve_model
+    from dvasim.server.resolve import resolve_stack
+
+    cfg = cfgmod.resolve(copy.deepcopy(config) if isinstance(config, dict) else config, overrides, engine=engine)
+    served = resolve_stack(cfg, resolve_model(cfg["model"]), stack=stack)
+    return (served.stack.name if name_only else served.label), served.reason
+
+
+def stack_lines(points: list[Point], stack: str | None = None, follows_device: bool = False) -> list[str]:
+    """What ``dvasim sweep`` prints about its stacks (after its results): ``stack: NAME (REASON)`` when every
+    point runs on one, else one line per stack with its points; and, where the sweep varies the device, whether
+    the stack was held (:func:`hold_stack`) or follows it (``--stack-follows-device``)."""
+    if stack is not None:
+        return [f"stack: {stack} (set by --stack, at every point)"]
+    seen: dict[str, tuple[str, str]] = {}
+    count: dict[tuple[str, str], int] = {}
+    for p in points:
+        sections = json.dumps({k: p.config.get(k) for k in ("model", "engine", "server")}, sort_keys=True,
+                              default=str)
+        if sections not in seen:
+            try:
+                seen[sections] = config_stack(p.config)
+            except DvasimError:
+                seen[sections] = ("?", "does not resolve")
+        label_, reason = seen[sections]
+        if p.stack_note:
+            reason = p.stack_note
+        count[(label_, reason)] = count.get((label_, reason), 0) + 1
+    if len(count) == 1:
+        (label_, reason), = count
+        lines = [f"stack: {label_} ({reason})"]
+    else:
+        lines = ["stacks (they differ between points: column stack of results.csv):"]
+        lines += [f"  {label_} ({reason}): {n} of {len(points)} points" for (label_, reason), n in count.items()]
+    devices = {_device(p.config) for p in points}
+    if len(devices) > 1:
+        if any(p.stack_note for p in points):
+            lines.append("the sweep varies the device and holds the stack, so that only the device changes; "
+                         "--stack-follows-device lets each device imply its own (a point's own server.stack always "
+                         "wins)")
+        elif follows_device:
+            lines.append("the sweep varies the device and the stack follows it (--stack-follows-device): a "
+                         "difference between devices is a difference between stacks too")
+    return lines
 
 
 def check_overrides(overrides: list[str] | None, swept: Iterable[str]) -> list[str]:
@@ -436,9 +549,14 @@ def _cached(runs_dir: Path, key: str) -> dict[str, Any] | None:
     if not p.is_file():
         return None
     try:
-        return json.loads(p.read_text())["summary"]
-    except (json.JSONDecodeError, KeyError, TypeError, OSError):  # unreadable: run it again
+        summary = json.loads(p.read_text())["summary"]
+    except (json.JSONDecodeError, KeyError, TypeError, OSError, UnicodeDecodeError):  # unreadable: run it again
         return None
+    # what run_point returns (a table of scalars, its wall time among them), or a damaged entry: run it again
+    ok = isinstance(summary, dict) and "run_wall_s" in summary and all(
+        isinstance(v, int | float | str | bool) or v is None or k == "perf_analyzer" for k, v in summary.items())
+    # the file is strict JSON (_save_run): a figure that was not a number is null there, and NaN again here
+    return {k: math.nan if v is None else v for k, v in summary.items()} if ok else None
 
 
 def max_workers() -> int:
@@ -461,8 +579,20 @@ def check_workers(workers: Any) -> int | None:
 
 
 def _save_run(runs_dir: Path, p: Point, summary: dict) -> None:
-    """A run's cache file, written whole (:func:`dvasim.outputs.write_whole`)."""
-    text = json.dumps({"values": p.values, "config": p.config, "summary": summary}, indent=1, default=str) + "\n"
+    """A run's cache file, written whole (:func:`dvasim.outputs.write_whole`), strict JSON: in the summary a figure
+    that is not a number (a stability figure of a short run, say) is null; in the config an infinite value (a free
+    copy, ``h2d_gbps = inf``) is the string ``"inf"``, as the run's config.json has it."""
+    from dvasim.reporting.result import strict_json
+
+    def spelled(o: Any) -> Any:
+        if isinstance(o, float) and not math.isfinite(o):
+            return str(o)
+        if isinstance(o, dict):
+            return {k: spelled(v) for k, v in o.items()}
+        return [spelled(v) for v in o] if isinstance(o, list | tuple) else o
+
+    text = json.dumps({"values": spelled(p.values), "config": spelled(p.config), "summary": strict_json(summary)},
+                      indent=1, default=str, allow_nan=False) + "\n"
     write_whole({runs_dir / f"{p.key}.json": lambda tmp: tmp.write_text(text, encoding="utf-8")})
 
 
@@ -470,7 +600,8 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
           progress: bool = True, figure: bool = True,
           on_result: Callable[[Point, dict], None] | None = None, stack: str | None = None,
           engine: str | Path | None = None, overrides: list[str] | None = None, export: str | None = None,
-          export_out: str | Path | None = None, verbose_csv: bool = False) -> pd.DataFrame:
+          export_out: str | Path | None = None, verbose_csv: bool = False, stack_follows_device: bool = False,
+          notify: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Run the sweep file ``path`` into ``out_dir`` (see the module docstring); returns the results table, the
     files written in its ``attrs["files"]``.
 
@@ -480,14 +611,17 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
     every run; ``overrides``: ``--set`` overrides for every run. ``progress``: bars on a terminal only.
     ``export = "perf-analyzer"``: also perf_analyzer's CSV, to ``export_out`` (default ``DIR/perf_analyzer.csv``;
     ``verbose_csv``: with its ``--verbose-csv`` columns), named in ``attrs["perf_analyzer_csv"]``;
-    ``attrs["perf_analyzer_left_out"]`` counts the runs that finished no query (no row). Everything is checked (every point built) before the first run."""
+    ``attrs["perf_analyzer_left_out"]`` counts the runs that finished no query (no row). Everything is checked (every point built) before the first run.
+    A sweep that varies the device holds the stack at the base config's (:func:`hold_stack`) unless
+    ``stack_follows_device``; what each point runs on, and why, is said in ``attrs["stack_lines"]`` (given to
+    ``notify``, e.g. ``print``, before the first run) and in the results' ``stack`` and ``stack_source``."""
     workers = check_workers(workers)
     if stack is not None:
         from dvasim.server.resolve import stack_by_name
 
         stack_by_name(stack, "--stack")
     spec = load_sweep(path)
-    points = expand(spec, stack=stack, engine=engine, overrides=overrides)
+    points = expand(spec, stack=stack, engine=engine, overrides=overrides, stack_follows_device=stack_follows_device)
     out = Path(out_dir)
     exporting = export_mode(points, spec, export)
     export_file = export_path(export_out, out) if exporting is not None else None
@@ -501,6 +635,9 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
         else:
             todo.setdefault(p.key, p)
     check_points(points, stack=stack, capacity=spec.get("capacity"), skip=results, progress=progress)
+    said = stack_lines(points, stack, stack_follows_device)
+    for line in said if notify is not None else ():
+        notify(line)
     client, ours = connect(dask) if dask is not None and todo else (None, False)
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
@@ -527,6 +664,7 @@ def sweep(path: str | Path, out_dir: str | Path, *, workers: int | None = None, 
         table.attrs["files"].append(str(export_file))
         table.attrs["perf_analyzer_csv"] = str(export_file)
         table.attrs["perf_analyzer_left_out"] = left_out
+    table.attrs["stack_lines"] = said
     return table
 
 
@@ -581,6 +719,9 @@ def export_path(export_out: str | Path | None, out: Path) -> Path:
     if str(export_out).strip() == "" or path.is_dir():
         raise UsageError("--export-out", f"{str(export_out)!r} is not a file path; give one, e.g. "
                                          f"{out / 'perf_analyzer.csv'}")
+    if path.exists() and not path.is_file():  # /dev/null, a FIFO: refused before the runs, not after them
+        raise UsageError("--export-out", f"{str(path)!r} exists and is not a regular file; give the path of a file to "
+                                         "(over)write")
     check_out_dir(path.parent, "--export-out")
     return path
 
@@ -651,13 +792,17 @@ def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: in
         return
     from concurrent.futures import as_completed as cf_completed
 
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)))
+    from dvasim.studies.parallel import _leave_sigint, _stop
+
+    # the workers leave Ctrl-C to this process, which ends them at once on it, on SIGTERM or on a failed run (a
+    # worker that took Ctrl-C itself would go on to its next run, and the exit would wait for every run under way)
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), initializer=_leave_sigint)
     try:
         futures = {pool.submit(run_point, p.config, capacity, stack, perf): p for p in todo}
         for fut in cf_completed(futures):
             done(futures[fut], fut.result())
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # a failed run or Ctrl-C: start nothing more
+        _stop(pool)  # start nothing more, and end the runs under way
         raise
     pool.shutdown()
 
@@ -706,6 +851,8 @@ def results_table(points: list[Point], results: dict[str, dict]) -> pd.DataFrame
                                  if k in p.values and k not in ("workload.seed", "workload.rate_qps"))
         row["run"] = p.key
         row.update({k: v for k, v in results[p.key].items() if k not in row and k != "perf_analyzer"})
+        if p.stack_note:  # held by the sweep, not set by the user (hold_stack)
+            row["stack_source"] = p.stack_note
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -755,7 +902,16 @@ def latency_figure(table: pd.DataFrame, points: list[Point], path: str | Path) -
     (the sweep names it :func:`figure_name`): a line per combination of the other varying keys (the seeds
     averaged, with their 95% interval), numbers along a numeric axis, labels along a categorical one; the
     ``[qos]`` target marked on the p99 panel when every run shares it."""
-    from dvasim.reporting.plots import _plt, axis_label, label_palette, save_figure, slo_line
+    from dvasim.reporting.plots import (
+        _plt,
+        axis_label,
+        label_palette,
+        mark_groups,
+        save_figure,
+        slo_line,
+        table_context,
+        verdict_legend,
+    )
 
     plt, sns = _plt()
     key, subkeys = figure_key(points), _varying_subkeys(points)
@@ -783,14 +939,23 @@ def latency_figure(table: pd.DataFrame, points: list[Point], path: str | Path) -
             ax.tick_params(axis="x", rotation=15)
         ax.set(xlabel=xlabel, ylabel=f"{name} latency (ms)", title=f"{name} latency")
         ax.set_ylim(0, ax.get_ylim()[1] * 1.05)  # latencies from zero (and the SLO's mark never below the axis)
-        if len(labels) > 1:
-            ax.legend(fontsize=8, title=", ".join(others))
-        elif ax.get_legend() is not None:
+        # a point whose runs were not stable carries its verdict's marker (plots.mark_groups)
+        mark_groups(ax, df, x, metric, "_runs",
+                    positions=None if numeric else {v: i for i, v in enumerate(dict.fromkeys(df["_x"]))})
+        if ax.get_legend() is not None:
             ax.get_legend().remove()
+    if len(labels) <= 1:  # one line: its label says nothing; the verdicts' markers keep theirs
+        for line in axes[1].get_lines():
+            line.set_label("_" + line.get_label())
+    verdict_legend(axes[1], ", ".join(others) if len(labels) > 1 else None)
     targets = df["qos_target_ms"].dropna().unique() if "qos_target_ms" in df else []
     if len(targets) == 1:
         slo_line(axes[1], float(targets[0]), "y")
-    return save_figure(fig, path, f"sweep: latency against {xlabel}")
+    # what was run: the models, devices, stacks, policies and load of the sweep's points
+    skip = ("load",) if key is None or key == "workload.rate_qps" else ()
+    context = table_context(df, [p.config for p in points], skip=skip)
+    rates = f", load: {df[x].min():.4g} to {df[x].max():.4g} queries/s" if skip else ""
+    return save_figure(fig, path, f"latency against {xlabel}\n{context}{rates}")
 
 
 RUN_METRICS = ("mean_latency_ms", "p99_latency_ms", "qos_violation_rate", "stable", "verdict")
