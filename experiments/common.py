@@ -32,10 +32,17 @@ import pandas as pd
 from dvasim.reporting.plots import (  # noqa: F401
     PALETTE,
     SLO_COLOUR,
+    axis_note,
+    describe,
+    device_name,
+    mark_verdicts,
     model_panels,
+    policy_colour,
     policy_colours,
     readable,
+    row_verdict,
     slo_line,
+    verdict_legend,
 )
 from dvasim.studies import evaluation as study
 
@@ -297,6 +304,17 @@ def show(df: pd.DataFrame, title: str = "", digits: int = 3) -> None:
         print(f"\n== {'[quick] ' if QUICK['on'] else ''}{title}")
     with pd.option_context("display.width", 160, "display.max_columns", 30, "display.max_rows", 200):
         print(df.round(digits).to_string(index=False))
+
+
+DEVICE = "titanrtx"  # the device of the scripts' runs unless a script says otherwise (study.make_config's)
+
+
+def context(df: pd.DataFrame | None = None, device: str | None = DEVICE, **parts) -> str:
+    """A figure title's words for what was run (:func:`dvasim.reporting.plots.describe`): ``device`` in words and
+    the stacks of ``df`` (its ``stack`` column), with ``parts`` (``model=``, ``policy=``, ``load=``)."""
+    if "stack" not in parts:
+        parts["stack"] = list(df["stack"]) if df is not None and "stack" in df else None
+    return describe(device=device_name(device) if device else None, **parts)
 
 
 def plt_sns():

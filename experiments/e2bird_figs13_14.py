@@ -190,7 +190,7 @@ def system_colours() -> dict[str, str]:
 def plot13(per_query: pd.DataFrame, path: Path, stack: str) -> None:
     plt, sns = common.plt_sns()
     models = list(dict.fromkeys(per_query.model))
-    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.2), squeeze=False)
     for ax, m in zip(axes[0], models):
         d = per_query[per_query.model == m]
         sns.lineplot(data=d, x="query", y="latency_ms", hue="system", ax=ax, linewidth=0.8,
@@ -198,22 +198,45 @@ def plot13(per_query: pd.DataFrame, path: Path, stack: str) -> None:
         common.slo_line(ax, QOS_MS)
         n_low = int((d[d.system == d.system.iloc[0]].phase == "low").sum())
         ax.axvspan(n_low, d["query"].max(), color="grey", alpha=0.1)
-        ax.set(title=f"{m}: low then high load (shaded); stack {stack}", xlabel="arrival order",
-               ylabel="latency (ms)")
+        ax.set(title=f"{m}: low then high load (shaded)", xlabel="arrival order", ylabel="latency (ms)")
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, title="system", loc="upper left", bbox_to_anchor=(1.0, 0.9), fontsize=8)
+    fig.suptitle(f"E2bird Figure 13: per-query latency under the diurnal load\n"
+                 f"{common.context(None, 'titanrtx', stack=stack, policy=list(system_colours()))}", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
 def plot14(df: pd.DataFrame, path: Path, stack: str) -> None:
+    """Each system's capacity per model; a system whose search held no rate (capacity 0: not one probe met the
+    SLO) has no bar, and the figure says so where its bar would be and in a note."""
     plt, sns = common.plt_sns()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    sns.barplot(data=df, x="model", y="capacity_qps", hue="system", palette=system_colours(), saturation=1,
-                ax=ax)
-    ax.set(ylabel=f"peak throughput, p99 <= {QOS_MS:g} ms (qps)",
-           title=f"E2bird Figure 14 (simulated Titan RTX, stack {stack})")
+    fig, ax = plt.subplots(figsize=(8.2, 4.2))
+    order = list(dict.fromkeys(df["model"]))
+    hues = list(dict.fromkeys(df["system"]))
+    sns.barplot(data=df, x="model", y="capacity_qps", hue="system", order=order, hue_order=hues,
+                palette=system_colours(), saturation=1, ax=ax)
+    width = 0.8 / len(hues)
+    none = df[~(df["capacity_qps"] > 0)]
+    for r in none.itertuples():
+        x = order.index(r.model) - 0.4 + width * (hues.index(r.system) + 0.5)
+        ax.text(x, 0, f"{r.system}:\nno rate\nmet the SLO", rotation=90, ha="center", va="bottom", fontsize=7,
+                color="0.2")
+    ax.set(ylabel=f"peak throughput, p99 <= {QOS_MS:g} ms (qps)", xlabel="",
+           title=f"E2bird Figure 14: capacity per system\n{common.context(df, 'titanrtx', stack=stack)}")
+    # (the marker's meaning is written beside it: the legend keeps the systems alone)
+    common.mark_verdicts(ax, [order.index(r.model) - 0.4 + width * (hues.index(r.system) + 0.5)
+                              for r in none.itertuples()], [0.0] * len(none), ["over-SLO"] * len(none),
+                         legend=False)
+    if len(none):
+        common.axis_note(ax, "no bar: " + ", ".join(f"{r.model} {r.system}" for r in none.itertuples())
+                         + " (capacity 0: even its lowest probe was over the SLO)")
+    ax.legend(title="system", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -106,24 +106,38 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     return {"peaks": peaks, "levels": levels, "tuning": tuning, "queries": queries}
 
 
-def plot_stepping(q: pd.DataFrame, path: Path) -> None:
+def plot_stepping(q: pd.DataFrame, path: Path, device: str = common.DEVICE) -> None:
+    """Per-query latency against query id (log scale, up to the largest latency: no cap that piles the overloaded
+    queries into a line), the offered load on a right axis; each stepping level whose p99 is over the SLO is marked
+    (a hollow over-SLO circle at the level's p99, per policy), and queries that never finished (none in the
+    committed runs) as crosses at the top edge. Panel titles name the model, device and stack."""
     models = list(dict.fromkeys(q["model"]))
-    plt, sns, fig, axes = common.model_panels(models, 5.2, 3.6)
-    from dvasim.reporting.plots import PALETTE
-
+    plt, sns, fig, axes = common.model_panels(models, 5.2, 3.8)
     # the policies' colours of every figure ("dvabatch+window" is the variant dvabatch-window)
-    colors = {name: PALETTE[name.replace("+", "-")] for name in POLICIES}
+    colors = {name: common.policy_colour(name) for name in POLICIES}
+    top = float(np.nanmax(q["latency_ms"])) if q["latency_ms"].notna().any() else 1e4
     for ax, model in zip(axes.flat, models):
         d = q[q["model"] == model]
         for name in POLICIES:
             e = d[d["policy"] == name]
-            lat = e["latency_ms"].fillna(np.inf).clip(upper=1e4)
-            ax.scatter(e["qid"], lat, s=1.5, color=colors[name], label=name, rasterized=True, alpha=0.6)
+            done = e["latency_ms"].notna()
+            ax.scatter(e["qid"][done], e["latency_ms"][done], s=1.5, color=colors[name], label=name,
+                       rasterized=True, alpha=0.6)
+            if (~done).any():
+                ax.scatter(e["qid"][~done], np.full(int((~done).sum()), top * 1.4), marker="x", s=8,
+                           color=colors[name], clip_on=False, label=f"{name}: never finished")
+            lv = e.assign(lat=e["latency_ms"].fillna(np.inf)).groupby("offered_qps", sort=False).agg(
+                qid=("qid", "median"), p99=("lat", lambda v: float(np.percentile(v, 99))))
+            over = lv[lv["p99"] > study_qos()]
+            common.mark_verdicts(ax, over["qid"], over["p99"].clip(upper=top * 1.4), ["over-SLO"] * len(over),
+                                 legend=ax is axes.flat[0] and name == POLICIES[0])
         ax.set_yscale("log")
-        ax.set_ylim(1, 1e4)
+        ax.set_ylim(1, top * 1.6)
         # the SLO is named in the figure's legend (the right edge holds the offered load's axis)
-        ax.axhline(200, color=common.SLO_COLOUR, ls="--", lw=0.8, label="SLO 200 ms")
-        ax.set(title=f"{model}{stack_title(d)}", xlabel="query id (the load steps up every 2,000 queries)", ylabel="latency (ms)")
+        ax.axhline(study_qos(), color=common.SLO_COLOUR, ls="--", lw=0.8, label=f"SLO {study_qos():g} ms")
+        ax.set(title=f"{model}, {common.context(d, device)}", xlabel="query id (the load steps up every 2,000 "
+               "queries)", ylabel="latency (ms)")
+        ax.title.set_fontsize(9)
         ax2 = ax.twinx()
         first = d[d["policy"] == POLICIES[0]]
         ax2.plot(first["qid"], first["offered_qps"], color="black", lw=1, label="offered load")
@@ -131,13 +145,29 @@ def plot_stepping(q: pd.DataFrame, path: Path) -> None:
         ax2.set_ylabel("offered load (QPS, black line)")
         ax2.grid(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), markerscale=6)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    labels = [("over-SLO level (its p99)" if lb == "over-SLO" else lb) for lb in labels]
+    leg = fig.legend(handles, labels, loc="upper center", ncol=len(labels), bbox_to_anchor=(0.5, 0.985))
+    for h, lb in zip(leg.legend_handles, labels):
+        if lb in POLICIES:
+            h.set_sizes([30])
+            h.set_alpha(1.0)
+    rates = q["offered_qps"]
+    every = max(1, round(2000 / max(1.0, float(q.groupby(["model", "policy", "offered_qps"]).size().median()))))
+    fig.suptitle(f"Figure 15: per-query latency under the stepping load ({rates.min():.0f} to {rates.max():.0f} "
+                 f"queries/s; every {every}th query drawn), policies: {', '.join(POLICIES)}", y=1.0, fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_peaks(peaks: pd.DataFrame, path: Path) -> None:
+def study_qos() -> float:
+    """The QoS target of the stepping runs (ms)."""
+    from dvasim.studies import evaluation as study
+
+    return float(study.QOS_MS)
+
+
+def plot_peaks(peaks: pd.DataFrame, path: Path, device: str = common.DEVICE) -> None:
     plt, sns = common.plt_sns()
     long = peaks.melt(id_vars="model", value_vars=["peak_qps_delaybatch", "peak_qps_dvabatch",
                                                    "peak_qps_dvabatch_window"],
@@ -147,7 +177,14 @@ def plot_peaks(peaks: pd.DataFrame, path: Path) -> None:
     sns.barplot(data=long, x="model", y="peak_qps", hue="policy", ax=ax, saturation=1,
                 palette={name: common.PALETTE[name.replace("+", "-")] for name in POLICIES})
     ax.set(ylabel="peak throughput (QPS)", xlabel="",
-           title=f"peak throughput under the stepping load (p99 <= 200 ms){stack_title(peaks)}")
+           title=f"peak throughput under the stepping load (p99 <= 200 ms)\n{common.context(peaks, device)}")
+    # a peak at the ladder's top is only a lower bound: marked as such
+    for name in POLICIES:
+        col = "at_ladder_top_" + name.replace("dvabatch+window", "dvabatch_window")
+        if col in peaks and peaks[col].astype(str).str.lower().eq("true").any():
+            common.axis_note(ax, f"{name}: {', '.join(peaks.loc[peaks[col].astype(str).str.lower().eq('true'), 'model'])}"
+                                 " held the ladder's top (a lower bound)")
+    sns.move_legend(ax, "upper left", bbox_to_anchor=(1.01, 1.0), title="policy", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

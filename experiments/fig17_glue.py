@@ -93,7 +93,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     for ax, model in zip(axes.flat, models):
         sns.barplot(data=long[long["model"] == model], x="task", y="peak_qps", hue="policy",
                     palette=policy_colours(long["policy"].unique()), saturation=1, ax=ax)
-        ax.set(title=f"{model}{stack_title(df[df['model'] == model])}", xlabel="GLUE task (input lengths)", ylabel="peak throughput (QPS)")
+        ax.set(title=f"{model}, {common.context(df[df['model'] == model])}", xlabel="GLUE task (input lengths)", ylabel="peak throughput (QPS)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -85,7 +85,7 @@ def plot(mean: pd.DataFrame, path: Path) -> None:
     for ax, model in zip(axes.flat, models):
         sns.barplot(data=mean[mean["model"] == model], x="load", y="mean_latency_ms", hue="policy",
                     hue_order=list(POLICIES), palette=policy_colours(POLICIES), saturation=1, ax=ax)
-        ax.set(title=f"{model}{stack_title(mean[mean['model'] == model])}", xlabel="load", ylabel="mean latency (ms)")
+        ax.set(title=f"{model}, {common.context(mean[mean['model'] == model])}", xlabel="load", ylabel="mean latency (ms)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

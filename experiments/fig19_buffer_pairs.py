@@ -66,8 +66,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     g.set_axis_labels("", "mean latency (ms, log)")
     g.set_xticklabels(rotation=20)
     common.readable(g)
-    g.figure.suptitle(f"DVABatch's mean latency by buffer pairs{stack_title(df)}")
-    g.figure.subplots_adjust(top=0.85)
+    g.figure.suptitle(f"DVABatch's mean latency by buffer pairs\n{common.context(df, policy='dvabatch')}")
+    g.figure.subplots_adjust(top=0.78)  # two title lines above the panels' own
     g.figure.savefig(path, dpi=110)
     plt.close(g.figure)
 

@@ -142,7 +142,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
                   "label": ov}
             axes[0, col].plot(g["stages"], g["peak_qps"], **kw)
             axes[1, col].plot(g["stages"], g["mean_latency_fixed_ms"], **kw)
-        axes[0, col].set(title=f"{model}{stack_title(d)}", ylabel="peak throughput (QPS)")
+        axes[0, col].set(title=f"{model}, {common.context(d)}", ylabel="peak throughput (QPS)")
         axes[1, col].set(xlabel="stages", ylabel="mean latency at a fixed load (ms)", yscale="log")
         for ax in axes[:, col]:
             ax.set_xscale("log")

@@ -398,15 +398,18 @@ def _plots(out: Path, models, fig12, fig13, fig14, fig15, stack: str = PAPER_STA
                 g = g.sort_values("rate_qps")
                 ax.errorbar(g["rate_qps"], g[y], yerr=[g[y] - g[lo], g[hi] - g[y]], label=label, capsize=2,
                             **_style(label))
+            # a point some of whose runs were not stable (stable_runs < runs) carries the unstable marker
+            common.mark_verdicts(ax, d["rate_qps"], d[y], [common.row_verdict(r) for r in d.to_dict("records")])
             ax.set_xlabel("arrival rate (req/s)")
             ax.set_ylabel(ylabel)
             if logy:
                 ax.set_yscale("log")
             ax.set_title(f"{model} ({MODELS[model][0]})")
-        axes.flat[0].legend(fontsize=7)
+        _legend(fig, axes, models)
         save_figure(fig, out / f"lazyb_{name}.png",
                     {"fig12": "Figure 12: mean latency vs arrival rate",
-                     "fig13": "Figure 13: throughput vs arrival rate"}[name] + f" ({DEVICE} tables, stack {stack})")
+                     "fig13": "Figure 13: throughput vs arrival rate"}[name]
+                    + f"\n{common.context(df, DEVICE, stack=stack, load='Poisson arrivals')}")
     plt, sns, fig, axes = common.model_panels(models, 5.0, 3.8)
     for ax, model in zip(axes.flat, models):
         for label, g in fig14[fig14["model"] == model].groupby("policy", sort=False):
@@ -415,9 +418,9 @@ def _plots(out: Path, models, fig12, fig13, fig14, fig15, stack: str = PAPER_STA
         ax.set_xlabel("latency (ms)")
         ax.set_ylabel("CDF")
         ax.set_title(f"{model} ({MODELS[model][0]}), high load")
-        ax.legend(fontsize=7)
-    save_figure(fig, out / "lazyb_fig14.png",
-                f"Figure 14: latency CDF at high load (paper's 1K req/s, scaled), stack {stack}")
+    _legend(fig, axes, models)
+    save_figure(fig, out / "lazyb_fig14.png", "Figure 14: latency CDF at high load (paper's 1K req/s, scaled)\n"
+                f"{common.context(fig14, DEVICE, stack=stack)}")
     plt, sns, fig, axes = common.model_panels(models, 5.0, 3.8)
     for ax, model in zip(axes.flat, models):
         d = fig15[fig15["model"] == model]
@@ -426,8 +429,21 @@ def _plots(out: Path, models, fig12, fig13, fig14, fig15, stack: str = PAPER_STA
         ax.set_xlabel("SLA target (paper's ms; ours x k)")
         ax.set_ylabel("SLA violations (%)")
         ax.set_title(f"{model} ({MODELS[model][0]}), high load")
-    axes.flat[0].legend(fontsize=7)
-    save_figure(fig, out / "lazyb_fig15.png", f"Figure 15: SLA-violation rate vs SLA target, stack {stack}")
+    _legend(fig, axes, models)
+    save_figure(fig, out / "lazyb_fig15.png", "Figure 15: SLA-violation rate vs SLA target\n"
+                f"{common.context(fig15, DEVICE, stack=stack)}")
+
+
+def _legend(fig, axes, models) -> None:
+    """One legend for every panel, right of the last panel of the first row: off the data."""
+    handles, labels = {}, {}
+    for ax in list(axes.flat)[:len(models)]:
+        for h, lb in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lb, h)
+    labels = list(handles)
+    right = list(axes.flat)[min(len(models), axes.shape[1]) - 1]
+    right.legend([handles[lb] for lb in labels], labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                 borderaxespad=0.0)
 
 
 if __name__ == "__main__":

@@ -406,8 +406,11 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
     if figure:
         import pandas as pd
 
+        from dvasim.reporting.plots import run_title
+
+        # the policy, model, device, stack and load of the runs (plots.run_title), not the table's file name alone
         overlay_figure(pd.concat([x.queries for x in sims]), [r.queries for r in reals], out / "fidelity.png",
-                       title=f"{fid['policy']} on {fid['model']}: simulated vs real ({repeats} runs)")
+                       title=f"simulated vs real ({repeats} runs): {run_title(sims[0].summary, sims[0].config)}")
     return fid
 
 

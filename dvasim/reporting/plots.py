@@ -92,67 +92,17 @@ FIXED_TITLES = {"axes.titley": 1.0}
 SLO_COLOUR = "red"
 
 # ----------------------------------------------------------------------------- colours
-# One colour per policy label in every figure: the paper's three systems first, then Triton with two instances (a
-# lighter shade of its base), DVABatch behind DelayBatch's window, and DVABatch's cumulative ablations (greens,
-# darker = more of DVABatch).
-PALETTE: dict[str, str] = {
-    "zerobatch": "#4c72b0",
-    "delaybatch": "#dd8452",
-    "dvabatch": "#c44e52",
-    "zerobatch-x2": "#a1c1e6",
-    "delaybatch-x2": "#f4c29a",
-    "dvabatch-window": "#8c4a9e",
-    "dvabatch-built": "#7a1f22",  # DVABatch as its authors built it: a darker DVABatch red
-    "dva-multientry": "#c7e9c0",
-    "dva+stretch": "#74c476",
-    "dva+split": "#31a354",
-    "dva+input": "#006d2c",
-    # the papers' peer systems
-    "serial": "#8c8c8c",
-    "graphbatch": "#937860",
-    "lazybatch": "#64b5cd",
-    "tfserving-nowait": "#ccb974",
-    "tfserving-optwait": "#b8860b",
-    "tfserving-static": "#7f6a00",
-    "n-ebird": "#da8bc3",
-    "e-ebird": "#a0317f",
-    # LazyBatching's ideal batcher (its paper's Oracle)
-    "oracle": "#3b3b3b",
-}
-_EXTRA = ("#937860", "#8c8c8c", "#ccb974", "#64b5cd", "#da8bc3")
-# short names of the attribution's steps, for tables and legends
-SHARE_NAMES = {"share_multientry_pp": "multi-entry", "share_stretch_pp": "stretch", "share_split_pp": "split",
-               "share_input_pp": "input clust.", "share_rest_pp": "rest"}
-# the attribution's steps, coloured like the variant each step ends at ("rest": DVABatch itself)
-SHARE_COLOURS = {"share_multientry_pp": PALETTE["dva-multientry"], "share_stretch_pp": PALETTE["dva+stretch"],
-                 "share_split_pp": PALETTE["dva+split"], "share_input_pp": PALETTE["dva+input"],
-                 "share_rest_pp": PALETTE["dvabatch"]}
-
-
-def policy_order(labels) -> list[str]:
-    """``labels`` in :data:`PALETTE` order, unknown ones after them (sorted)."""
-    present = set(labels)
-    return [p for p in PALETTE if p in present] + sorted(present - set(PALETTE))
-
-
-def policy_colours(labels) -> dict[str, str]:
-    """A colour for every label, for seaborn's ``palette=``: :data:`PALETTE`'s, and a fixed cycle for labels it
-    does not know."""
-    extra = iter(_EXTRA * 4)
-    return {p: PALETTE[p] if p in PALETTE else next(extra) for p in policy_order(labels)}
-
-
-def label_palette(labels) -> tuple[list[str], dict[str, str] | None]:
-    """The sweep labels in order and their colours: when every label names a different policy first (its first
-    word), that policy's colour (labels then in :data:`PALETTE` order); else ``None`` (seaborn's own)."""
-    labels = list(dict.fromkeys(labels))
-    heads = [lb.split(" ", 1)[0] for lb in labels]
-    if len(set(heads)) != len(heads) or not all(h in PALETTE for h in heads):
-        return labels, None
-    order = list(PALETTE)
-    return sorted(labels, key=lambda lb: order.index(lb.split(" ", 1)[0])), {lb: PALETTE[h] for lb, h in
-                                                                              zip(labels, heads)}
-
+# the one palette of every figure (dvasim.reporting.palette): re-exported here, where the figures take it from
+from dvasim.reporting.palette import (  # noqa: E402, F401  (the figures' names for them)
+    PALETTE,
+    SHARE_COLOURS,
+    SHARE_NAMES,
+    VERDICT_STYLE,
+    label_palette,
+    policy_colour,
+    policy_colours,
+    policy_order,
+)
 
 # ----------------------------------------------------------------------------- words for columns
 LABELS: dict[str, str] = {
@@ -260,6 +210,134 @@ def axis_note(ax, note: str):
     return text
 
 
+# ----------------------------------------------------------------------------- what a figure shows
+def device_name(key) -> str:
+    """A device's name in words: a GPU table's key (``titanrtx``) by its name (``NVIDIA Titan RTX``), ``cpu`` as
+    ``CPU``, anything else as it is."""
+    key = str(key or "")
+    if key == "cpu":
+        return "CPU"
+    try:
+        from dvasim.model.gpu_model import GPUS
+    except Exception:  # pragma: no cover  (the model data missing)
+        return key
+    return GPUS[key].name if key in GPUS else key
+
+
+def _join(values, many: str) -> str:
+    values = [str(v) for v in dict.fromkeys(values) if v is not None and str(v) not in ("", "nan")]
+    if not values:
+        return ""
+    return values[0] if len(values) == 1 else f"{many}: {', '.join(values)}"
+
+
+def describe(*, model=None, device=None, stack=None, policy=None, load=None) -> str:
+    """What a figure shows, in words: ``"<policy> on <model>, <device>, stack: <stack>, load: <load>"``, each
+    part given as one value or several (``"models: a, b"``); the parts not given are left out."""
+    def many(v):
+        return [] if v is None else [v] if isinstance(v, str) or not hasattr(v, "__iter__") else list(v)
+
+    pol, mod = _join(many(policy), "policies"), _join(many(model), "models")
+    head = f"{pol} on {mod}" if pol and mod else pol or mod
+    parts = [head, _join(many(device), "devices")]
+    st = _join(many(stack), "stacks")
+    parts.append(f"stack: {st}" if st and not st.startswith("stacks:") else st)
+    ld = load if isinstance(load, str) else _join(many(load), "loads")
+    parts.append(f"load: {ld}" if ld and not ld.startswith("load") else ld)
+    return ", ".join(x for x in parts if x)
+
+
+def rates_words(rates) -> str:
+    """Offered rates in words: one rate, or the range of several (``"50 to 400 queries/s"``)."""
+    v = np.asarray(pd.to_numeric(pd.Series(list(rates)), errors="coerce"), dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return ""
+    lo, hi = float(v.min()), float(v.max())
+    return f"{lo:.4g} queries/s" if math.isclose(lo, hi, rel_tol=1e-9) else f"{lo:.4g} to {hi:.4g} queries/s"
+
+
+def table_context(df: pd.DataFrame, configs=None, skip=()) -> str:
+    """:func:`describe` of a table of runs (a sweep's, a capacity sweep's): its models, devices (a ``device``
+    column, else the runs' ``configs``: :func:`run_device`), stacks, policies and offered load, each part left
+    out when it is in ``skip``."""
+    def col(name):
+        return list(df[name]) if name in df and name not in skip else None
+
+    devices = col("device")
+    if devices is None and configs and "device" not in skip:
+        devices = [run_device(c) for c in configs]
+    load = None
+    if "load" not in skip:
+        rate = "workload.rate_qps" if "workload.rate_qps" in df else "offered_qps" if "offered_qps" in df else None
+        kinds = [((c or {}).get("workload") or {}).get("kind") for c in configs or []]
+        kind = _join(kinds, "kinds")
+        words = rates_words(df[rate]) if rate else ""
+        load = " ".join(x for x in (f"{kind} arrivals" if kind and ":" not in kind else "", words) if x) or None
+    return describe(model=col("model"), device=[device_name(d) for d in devices] if devices else None,
+                    stack=col("stack"), policy=col("policy"), load=load)
+
+
+def row_verdict(row) -> str:
+    """A result row's verdict (:data:`dvasim.reporting.verdict.VERDICTS`): its ``verdict``; else from the columns
+    older tables carry: some of its runs not stable (``stable`` false, ``stable_runs`` < ``runs``) ``unstable``,
+    metastable probes (``n_metastable``) ``metastable``, refused queries over the SLO's allowance
+    (``rejecting``), its percentile over the SLO (``within_qos`` / ``within_slo`` false) ``over-SLO``."""
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
+
+    def val(k):
+        v = get(k, None)
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+    if val("verdict") in VERDICT_STYLE or val("verdict") == "stable":
+        return str(val("verdict"))
+    if val("stable") is not None and not _truthy(val("stable")):
+        return "unstable"
+    if val("stable_runs") is not None and val("runs") is not None and val("stable_runs") < val("runs"):
+        return "unstable"
+    if val("n_metastable") is not None and val("n_metastable") > 0:
+        return "metastable"
+    for k in ("within_qos", "within_slo"):
+        if val(k) is not None and not _truthy(val(k)):
+            return "over-SLO"
+    return "stable"
+
+
+def _truthy(v) -> bool:
+    return v.strip().lower() in ("true", "1", "yes") if isinstance(v, str) else bool(v)
+
+
+MARKER_GID = "dvasim-verdict-"
+
+
+def mark_verdicts(ax, x, y, verdicts, legend: bool = True) -> dict[str, int]:
+    """Mark the points ``(x, y)`` whose verdict is not ``stable`` with a hollow marker of their verdict
+    (:data:`VERDICT_STYLE`: unstable, over-SLO, metastable, rejecting), labelled for the legend (``legend``) and
+    tagged ``gid = "dvasim-verdict-<verdict>"``. Returns how many points of each verdict were marked."""
+    x, y, verdicts = list(x), list(y), list(verdicts)
+    counts = {}
+    for verdict, style in VERDICT_STYLE.items():
+        pts = [(a, b) for a, b, v in zip(x, y, verdicts) if v == verdict and b is not None and np.isfinite(b)]
+        if not pts:
+            continue
+        counts[verdict] = len(pts)
+        xs, ys = zip(*pts)
+        ax.scatter(xs, ys, marker=style["marker"], s=style["s"], facecolors="none", edgecolors=style["color"],
+                   linewidths=1.6, zorder=5, label=verdict if legend else None, gid=MARKER_GID + verdict,
+                   clip_on=False)
+    return counts
+
+
+def marked(ax) -> dict[str, int]:
+    """The verdict markers :func:`mark_verdicts` drew on ``ax``: ``{verdict: points}``."""
+    out: dict[str, int] = {}
+    for c in ax.collections:
+        gid = c.get_gid() or ""
+        if gid.startswith(MARKER_GID):
+            out[gid[len(MARKER_GID):]] = out.get(gid[len(MARKER_GID):], 0) + len(c.get_offsets())
+    return out
+
+
 # ----------------------------------------------------------------------------- SLO, outliers
 def slo_line(ax, slo_ms: float, axis: str = "y", reach: float = 1.5):
     """Mark the latency SLO on ``ax``'s latency ``axis`` without stretching the axis and without writing on the
@@ -353,19 +431,39 @@ def model_panels(models: list, width: float, height: float):
 
 
 # ----------------------------------------------------------------------------- one run
-def latency_figure(df: pd.DataFrame, path: str | Path, title: str = "", qos_target_ms: float | None = None) -> Path:
+DENSITY_MIN_POINTS = 20_000  # above this many finished queries the latency panel is a density, not a scatter
+DENSITY_GID = "dvasim-density"
+
+
+def latency_figure(df: pd.DataFrame, path: str | Path, title: str = "", qos_target_ms: float | None = None,
+                   n_queries: int | None = None) -> Path:
     """Per-query latency over arrival time (left) and the latency CDF (right), the SLO marked at the axes' edges
     and the axes fitted to the bulk of the latencies (:func:`fit_outliers`). Runs of more than
-    :data:`FIGURE_MAX_POINTS` finished queries are drawn from every k-th of them (in arrival order)."""
+    :data:`FIGURE_MAX_POINTS` finished queries are drawn from every k-th of them (in arrival order); above
+    :data:`DENSITY_MIN_POINTS` the left panel is a density (a hexagonal 2-D histogram, log counts: a scatter of
+    that many points is a solid blob), and its title says so. ``n_queries``: the run's queries when ``df`` is a
+    sample of them (the panel's title then says how many the sample stands for)."""
     plt, sns = _plt()
     done = df[df["finish_ms"].notna()]
+    n_done = len(done)
     if len(done) > FIGURE_MAX_POINTS:
         done = done.iloc[:: -(-len(done) // FIGURE_MAX_POINTS)]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    sns.scatterplot(x=done["arrival_ms"] / 1000.0, y=done["latency_ms"], s=6, linewidth=0, ax=a)
+    x, y = done["arrival_ms"].to_numpy(dtype=float) / 1000.0, done["latency_ms"].to_numpy(dtype=float)
+    of = f" (a sample of {int(n_queries):,} queries)" if n_queries and n_queries > len(df) else ""
+    if len(done) > DENSITY_MIN_POINTS:
+        cap = 3.0 * float(np.percentile(y, 99)) if len(y) else 0.0
+        keep = y <= cap if cap > 0 else np.ones(len(y), bool)  # the outliers fit_outliers leaves off the axis
+        hb = a.hexbin(x[keep], y[keep], gridsize=(90, 45), bins="log", mincnt=1, cmap="viridis", linewidths=0)
+        hb.set_gid(DENSITY_GID)
+        fig.colorbar(hb, ax=a, pad=0.01).set_label("queries per cell (log)")
+        a.set_title(f"per-query latency: density of {len(done):,} queries{of}")
+    else:
+        sns.scatterplot(x=x, y=y, s=6, linewidth=0, ax=a)
+        a.set_title("per-query latency" + (f": {len(done):,} of {n_done:,} queries (every "
+                                           f"{-(-n_done // len(done))}th)" if len(done) < n_done else "") + of)
     a.set_xlabel("arrival time (s)")
     a.set_ylabel("latency (ms)")
-    a.set_title("per-query latency")
     sns.ecdfplot(x=done["latency_ms"], ax=b)
     b.set_xlabel("latency (ms)")
     b.set_ylabel("fraction of queries")
@@ -427,16 +525,28 @@ def _incomplete(summary: dict) -> str:
 def run_title(summary: dict, config: dict | None = None) -> str:
     """A figure's title naming what was run: the policy, the model, the device (from the resolved ``config``:
     :func:`run_device`), the serving stack, and on a second line the load (the workload's kind and nominal rate
-    from ``config``, the rate offered from ``summary``); a third line when the run was interrupted or stuck
-    (``summary["interrupted"]``, ``summary["stuck"]``)."""
+    from ``config``, the rate offered from ``summary``); a line when the run was interrupted or stuck
+    (``summary["interrupted"]``, ``summary["stuck"]``), and one naming its verdict when it is not stable
+    (``summary["verdict"]``: unstable, over-SLO, metastable, rejecting)."""
     config = config or {}
     model = summary.get("model") or (config.get("model") or {}).get("name") or "?"
     head = f"{summary.get('policy') or (config.get('policy') or {}).get('name', '?')} on {model}"
     device = run_device(config)
     stack = summary.get("stack") or (config.get("server") or {}).get("name")
     head += (f", {device}" if device else "") + (f", stack: {stack}" if stack else "")
-    lines = [head, _load_words(config.get("workload") or {}, summary.get("offered_qps")), _incomplete(summary)]
+    lines = [head, _load_words(config.get("workload") or {}, summary.get("offered_qps")), _incomplete(summary),
+             _verdict_words(summary)]
     return "\n".join(line for line in lines if line)
+
+
+def _verdict_words(summary: dict) -> str:
+    """A line naming a run's verdict when it is not stable (``summary["verdict"]``, the first of its reasons)."""
+    verdict = summary.get("verdict")
+    if not verdict or verdict == "stable":
+        return ""
+    why = str(summary.get("verdict_reason") or "").split(";", 1)[0].removeprefix(f"{verdict}: ")
+    why = why if len(why) <= 80 else why[:79] + "..."
+    return f"verdict: {str(verdict).upper()}" + (f" ({why})" if why else "")
 
 
 # ----------------------------------------------------------------------------- many runs
@@ -467,74 +577,164 @@ def policy_bars(results: pd.DataFrame, metric: str, path: str | Path, title: str
             _log_if_outlier(ax, mine[metric])
             if slo_ms:
                 slo_line(ax, slo_ms, "y")
-    head = title + (f" on {device}" if device else "")
+            _mark_bars(ax, mine, metric, order, hue, slo_ms)
+    head = title + (f" on {device_name(device)}" if device else "")
     if head:
         g.figure.suptitle(head, y=1.02)
     g.tight_layout()
     return _write(g.figure, path, bbox_inches="tight")
 
 
+def bar_verdict(row: dict, slo_ms: float | None = None) -> str:
+    """A compare row's verdict: :func:`row_verdict`'s, else ``unstable`` when some of its queries never finished
+    (``n_completed`` < ``n_queries``), ``over-SLO`` when its p99 is over ``slo_ms``."""
+    v = row_verdict(row)
+    if v != "stable":
+        return v
+    done, n = row.get("n_completed"), row.get("n_queries")
+    if done is not None and n is not None and done == done and n == n and done < n:
+        return "unstable"
+    p99 = row.get("p99_latency_ms")
+    if slo_ms and p99 is not None and p99 == p99 and p99 > slo_ms:
+        return "over-SLO"
+    return "stable"
+
+
+def _mark_bars(ax, mine: pd.DataFrame, metric: str, order: list, hue: list, slo_ms: float | None) -> dict:
+    """Mark :func:`policy_bars`' bars whose run was not stable (:func:`bar_verdict`) at the bar's top."""
+    width = 0.8 / max(len(hue), 1)  # seaborn's dodged bars: 0.8 wide in all, one slot per hue level
+    xs, ys, vs = [], [], []
+    for row in mine.to_dict("records"):
+        if row.get("load") not in order or row.get("policy") not in hue:
+            continue
+        xs.append(order.index(row["load"]) - 0.4 + width * (hue.index(row["policy"]) + 0.5))
+        ys.append(row.get(metric))
+        vs.append(bar_verdict(row, slo_ms))
+    counts = mark_verdicts(ax, xs, ys, vs)
+    if counts:
+        axis_note(ax, "marked: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    return counts
+
+
 def _stack_bars(ax, g: pd.DataFrame, loads: list, shares: list) -> tuple[float, float]:
-    """One panel of :func:`attribution_bars`: the shares stacked (gains up, losses down), the total as a black
-    tick; returns the lowest and highest values drawn."""
+    """One panel of :func:`attribution_bars`: the shares stacked (gains up, losses down; every segment edged, so
+    that a thin one stays visible), the total as a black tick; returns the lowest and highest values drawn."""
     up = [0.0] * len(loads)
     down = [0.0] * len(loads)
+    x = list(range(len(loads)))
     for c in shares:
         vals = g[c].fillna(0.0).tolist()
         bottoms = [u if v >= 0 else d for v, u, d in zip(vals, up, down)]
-        ax.bar(loads, vals, bottom=bottoms, color=SHARE_COLOURS[c], label=SHARE_NAMES[c], width=0.6)
+        ax.bar(x, vals, bottom=bottoms, color=SHARE_COLOURS[c], label=SHARE_NAMES[c], width=0.6, edgecolor="0.2",
+               linewidth=0.5)
         up = [u + max(v, 0.0) for v, u in zip(vals, up)]
         down = [d + min(v, 0.0) for v, d in zip(vals, down)]
     totals = [t for t in g["reduction_%"].tolist() if isinstance(t, (int, float)) and math.isfinite(t)]
-    ax.scatter(loads, g["reduction_%"], marker="_", s=400, color="black", zorder=3, label="total")
+    ax.scatter(x, g["reduction_%"], marker="_", s=400, color="black", linewidths=2, zorder=3, label="total")
     ax.axhline(0.0, color="black", lw=0.6)
     return min([0.0, *down, *totals]), max([0.0, *up, *totals])
 
 
-def attribution_bars(att: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+def attribution_bars(att: pd.DataFrame, path: str | Path, title: str = "", device: str | None = None,
+                     offered: pd.DataFrame | None = None) -> Path:
     """The attribution (:func:`dvasim.studies.evaluation.attribution`): per model and load, the shares of
     DVABatch's reduction against DelayBatch stacked (gains up, losses down; points of DelayBatch's mean), the total
-    as a black tick. Each panel's axis covers every stacked bar and tick with a margin."""
+    as a black tick. Each panel's axis covers every stacked bar and tick with a margin. The title names the
+    ``device`` and the loads; ``offered`` (the compare table: ``model``, ``load``, ``offered_qps``) puts each
+    load's offered rate under its tick. A share too small to see (under 2% of the panel's span) is named in a
+    note above its panel."""
     models = list(dict.fromkeys(att["model"]))
-    plt, _, fig, axes = model_panels(models, 3.6, 2.9)
+    plt, _, fig, axes = model_panels(models, 3.8, 3.0)
     loads = [x for x in ("low", "medium", "high") if x in set(att["load"])]
     shares = [c for c in SHARE_COLOURS if c in att.columns and att[c].notna().any()]
+    qps = (offered.groupby(["model", "load"])["offered_qps"].first()
+           if offered is not None and {"model", "load", "offered_qps"} <= set(offered.columns) else None)
     for ax, model in zip(axes.flat, models):
-        lo, hi = _stack_bars(ax, att[att["model"] == model].set_index("load").reindex(loads), loads, shares)
+        g = att[att["model"] == model].set_index("load").reindex(loads)
+        lo, hi = _stack_bars(ax, g, loads, shares)
         pad = 0.08 * max(hi - lo, 1.0)
         ax.set_ylim(lo - pad, hi + pad)
+        ax.set_xticks(range(len(loads)))
+        ax.set_xticklabels([f"{ld}\n{qps.get((model, ld), float('nan')):.0f} qps" if qps is not None else ld
+                            for ld in loads])
         with plt.rc_context(FIXED_TITLES):
-            ax.set(title=model, xlabel="load", ylabel="points of DelayBatch's mean")
+            ax.set(title=model, xlabel="load" + (" (offered queries/s)" if qps is not None else ""),
+                   ylabel="points of DelayBatch's mean")
+        thin = [SHARE_NAMES[c] for c in shares
+                if 0 < g[c].abs().max() < 0.02 * max(hi - lo, 1.0)]
+        if thin:
+            axis_note(ax, f"{', '.join(thin)}: under 2% of the axis")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), frameon=False)
-    if title:
-        fig.suptitle(title)
+    what = describe(model=models, device=device_name(device) if device else None,
+                    stack=list(offered["stack"]) if offered is not None and "stack" in offered
+                    and "stack:" not in title else None,
+                    load=f"{', '.join(loads)} (Poisson)")
+    fig.suptitle("\n".join(x for x in (title, what) if x))
     fig.tight_layout()
     return _write(fig, path, bbox_inches="tight")
 
 
-def sweep_figure(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+def mark_groups(ax, df: pd.DataFrame, x: str, y: str, by: str | None = None, positions=None) -> dict[str, int]:
+    """Mark a line plot's points by their runs' verdicts (:func:`mark_verdicts`): each point is the mean of ``y``
+    over the rows of one ``x`` (and ``by``, the line's column) and takes the most severe verdict of those rows
+    (:func:`row_verdict`: one unstable seed makes the point unstable). ``positions``: where each ``x`` value is
+    drawn along a categorical axis (``{value: position}``)."""
+    from dvasim.reporting.verdict import worst
+
+    if not len(df):
+        return {}
+    v = df.assign(_verdict=[row_verdict(r) for r in df.to_dict("records")])
+    keys = [x] + ([by] if by else [])
+    g = v.groupby(keys, sort=False, dropna=False).agg(_y=(y, "mean"), _verdict=("_verdict", lambda s: worst(s)))
+    g = g.reset_index()
+    xs = [positions[k] if positions is not None else k for k in g[x]]
+    return mark_verdicts(ax, xs, g["_y"], g["_verdict"])
+
+
+def verdict_legend(ax, title: str | None = None, **kw):
+    """``ax``'s legend with its verdict markers (:func:`mark_verdicts`) after the lines, outside the plotting area
+    at the right (a legend never sits on the data)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    return ax.legend(handles, labels, title=title, fontsize=8, title_fontsize=8, loc="upper left",
+                     bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kw)
+
+
+def sweep_figure(table: pd.DataFrame, path: str | Path, title: str = "", configs=None) -> Path:
     """Mean and p99 latency against the offered load of a sweep's runs (:func:`dvasim.studies.sweep.sweep`'s table):
     one line per ``label`` (the swept values other than the load and the seed), the mean over seeds with its 95%
-    interval when there are several. Lines labelled by policy alone get the policies' colours."""
+    interval when there are several. Lines labelled by policy alone get the policies' colours; a point whose runs
+    were not stable (unstable, over-SLO, metastable, rejecting: :func:`row_verdict`) carries its verdict's marker.
+    The title names the models, devices (``configs``: the runs' configs), stacks, policies and load
+    (:func:`table_context`) after ``title``."""
     plt, sns = _plt()
     df = table.copy()
     df["label"] = df["label"].replace("", "all runs")
     labels, palette = label_palette(df["label"])
     # the nominal rate when it was swept (seeds then average at one point), else the measured offered rate
     x = "workload.rate_qps" if "workload.rate_qps" in df else "offered_qps"
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for ax, metric, name in zip(axes, ("mean_latency_ms", "p99_latency_ms"), ("mean", "p99")):
         sns.lineplot(data=df, x=x, y=metric, hue="label", hue_order=labels, palette=palette, marker="o",
                      errorbar=("ci", 95), ax=ax)
         ax.set(xlabel="offered load (queries/s)", ylabel=f"{name} latency (ms)", title=f"{name} latency")
-        ax.legend(fontsize=8, title="runs")
-    return save_figure(fig, path, title or "sweep: latency against offered load")
+        mark_groups(ax, df, x, metric, "label")
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    verdict_legend(axes[1], "runs")
+    head = title or "latency against offered load"
+    return save_figure(fig, path, f"{head}\n{table_context(df, configs)}")
 
 
-def capacity_figure(table: pd.DataFrame, path: str | Path, slo_ms: float | None = None, title: str = "") -> Path:
+def capacity_figure(table: pd.DataFrame, path: str | Path, slo_ms: float | None = None, title: str = "",
+                    configs=None) -> Path:
     """The capacity of each point of a capacity sweep (``label`` on the x axis, seeds averaged with their 95%
-    interval); policies keep their colours."""
+    interval); policies keep their colours. A point whose search met a metastable or otherwise failing rate
+    (:func:`row_verdict`: ``n_metastable``, a ``verdict``) carries its verdict's marker at its bar's top, and one
+    whose search reached its top rate (``top_exceeded`` false: the capacity is only a lower bound) says so. The
+    title names the models, devices, stacks and policies (:func:`table_context`)."""
     plt, sns = _plt()
     df = table.copy()
     df["label"] = df["label"].replace("", "all")
@@ -544,4 +744,11 @@ def capacity_figure(table: pd.DataFrame, path: str | Path, slo_ms: float | None 
                 saturation=1, legend=False, ax=ax)
     ax.set(xlabel="", ylabel="capacity (queries/s)")
     ax.tick_params(axis="x", rotation=20)
-    return save_figure(fig, path, title or (f"capacity with p99 <= {slo_ms:g} ms" if slo_ms else "capacity"))
+    if mark_groups(ax, df, "label", "capacity_qps", positions={lb: i for i, lb in enumerate(labels)}):
+        verdict_legend(ax, "probes")
+    if "top_exceeded" in df:
+        low = [lb for lb, g in df.groupby("label") if not g["top_exceeded"].map(_truthy).all()]
+        if low:
+            axis_note(ax, f"{', '.join(map(str, low))}: the search's top rate held (a lower bound)")
+    head = title or (f"capacity with p99 <= {slo_ms:g} ms" if slo_ms else "capacity")
+    return save_figure(fig, path, f"{head}\n{table_context(df, configs, skip=('load',))}")

@@ -112,7 +112,7 @@ def _write_figures(result: RunResult, out: Path, figure: bool) -> None:
         if df is None:
             df = result.queries
         latency_figure(df, out / "latency.png", title=title,
-                       qos_target_ms=result.summary.get("qos_target_ms"))
+                       qos_target_ms=result.summary.get("qos_target_ms"), n_queries=result.summary.get("n_queries"))
 
 
 def strict_json(o):

@@ -15,6 +15,7 @@ Gantt chart's title is the caller's (``dvasim run --timeline`` gives it :func:`~
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -61,18 +62,38 @@ def chrome_trace(timeline: pd.DataFrame, path: str | Path, name: str = "dvasim")
     return write_text(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n")
 
 
-def gantt_figure(timeline: pd.DataFrame, path: str | Path, title: str = "", window_ms: float | None = None) -> Path:
+def window_words(shown_ms: float, run_ms: float | None, start_ms: float = 0.0) -> str:
+    """The window a partial timeline shows, in words: ``"first 140 ms of 1,500 ms"`` (``"all 1,500 ms"`` when it
+    shows the whole run; ``"140 ms from 300 ms of 1,500 ms"`` when it starts later)."""
+    def ms(v: float) -> str:
+        return f"{v:,.0f} ms" if v >= 10 else f"{v:.3g} ms"
+
+    if run_ms is None or not run_ms > 0:
+        return f"first {ms(shown_ms)}"
+    if shown_ms >= run_ms * (1 - 1e-9) and start_ms <= 0:
+        return f"all {ms(run_ms)}"
+    head = f"first {ms(shown_ms)}" if start_ms <= 0 else f"{ms(shown_ms)} from {ms(start_ms)}"
+    return f"{head} of {ms(run_ms)}"
+
+
+def gantt_figure(timeline: pd.DataFrame, path: str | Path, title: str = "", window_ms: float | None = None,
+                 run_ms: float | None = None) -> Path:
     """One row per stage executor, a bar per execution (labelled with its batch size when it fits), coloured by
-    batch; ``window_ms``: only the first so many milliseconds (default: the first 60 executions' span)."""
+    batch; ``window_ms``: only the first so many milliseconds (default: the first 60 executions' span). The
+    panel's title says which window of the run it shows (:func:`window_words`: ``"first 140 ms of 1,500 ms"``);
+    ``run_ms``: the run's span (default: the timeline's, first start to last end)."""
     from dvasim.reporting.plots import _plt, save_figure
 
     plt, sns = _plt()
     df = timeline
+    t0 = float(df["start_ms"].min()) if len(df) else 0.0
+    if run_ms is None and len(df):
+        run_ms = float(df["end_ms"].max()) - t0
     if len(df) and window_ms is None:
-        window_ms = float(df["end_ms"].iloc[: min(len(df), 60)].max() - df["start_ms"].min())
+        window_ms = float(df["end_ms"].iloc[: min(len(df), 60)].max() - t0)
     if len(df):
-        t0 = float(df["start_ms"].min())
         df = df[df["start_ms"] <= t0 + window_ms]
+    shown = min(float(df["end_ms"].max()) - t0, run_ms or math.inf) if len(df) else 0.0
     rows = sorted({(int(a), int(b)) for a, b in zip(df["lane"], df["stage"])})
     fig, ax = plt.subplots(figsize=(11, 0.5 * max(len(rows), 2) + 1.5))
     colours = sns.color_palette("husl", 12)
@@ -87,5 +108,7 @@ def gantt_figure(timeline: pd.DataFrame, path: str | Path, title: str = "", wind
     ax.set_yticklabels([f"instance {a} stage {b}" if len({x for x, _ in rows}) > 1 else f"stage {b}"
                         for a, b in rows])
     ax.invert_yaxis()
-    ax.set(xlabel="simulated time (ms)", title="stage executions (labels: batch size; colour: batch)")
+    window = window_words(shown, run_ms, 0.0)
+    ax.set(xlabel="simulated time (ms)",
+           title=f"stage executions, {window} of the run (labels: batch size; colour: batch)")
     return save_figure(fig, path, title)

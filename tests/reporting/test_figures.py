@@ -210,7 +210,7 @@ def test_compare_figure_ticks_carry_each_models_rates_and_words(tmp_path, drawn)
     (fig,) = drawn
     seen = {ax.get_title(): [t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes}
     assert seen["m1"] == ["low\n25 qps", "high\n90 qps"] and seen["m2"] == ["low\n10 qps", "high\n36 qps"]
-    assert fig._suptitle.get_text() == "p99 on h100"
+    assert fig._suptitle.get_text() == "p99 on NVIDIA H100 (SXM5 80GB)"  # the device in words
     labels = [ax.get_ylabel() for ax in fig.axes] + [ax.get_xlabel() for ax in fig.axes]
     assert "p99 latency (ms)" in labels[0]
     assert not any("_" in lb for lb in labels)
