@@ -16,7 +16,8 @@ ROOT = Path(dvasim.__file__).parent
 
 # lowest first; a module belongs to the longest prefix that names it
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("dvasim.errors", "dvasim.paths", "dvasim.schema", "dvasim.outputs", "dvasim.progress")),
+    ("foundation", ("dvasim.errors", "dvasim.paths", "dvasim.schema", "dvasim.outputs", "dvasim.progress",
+                    "dvasim.compiled")),
     ("mechanism", ("dvasim.core",)),
     ("policies", ("dvasim.policies",)),
     ("model data", ("dvasim.model",)),
@@ -157,13 +158,13 @@ def test_each_package_says_what_it_holds_and_may_import(name):
         assert "may import" in doc.lower(), f"{name}'s docstring does not say what it may import"
 
 
-def test_layers_match_the_readme():
-    """The README's "How it is built" names every layer, in order."""
-    readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
+def test_layers_match_the_docs():
+    """The documentation's "How it is built" (docs/concepts/architecture.md) names every layer, in order."""
+    page = (ROOT.parent / "docs" / "concepts" / "architecture.md").read_text(encoding="utf-8")
+    section = page.split("# How it is built", 1)[1].split("\n## ", 1)[0]
     pos = [section.find("\n" + prefixes[0].replace(".", "/")) for _, prefixes in LAYERS[1:-1]]
     assert all(p >= 0 for p in pos), [LAYERS[1 + i][1][0] for i, p in enumerate(pos) if p < 0]
-    assert pos == sorted(pos), "the README lists the layers out of order"
+    assert pos == sorted(pos), "the documentation lists the layers out of order"
 
 
 def test_the_simulator_imports_without_torch_and_its_layers_load():
