@@ -5,8 +5,6 @@ apply; a point whose run was not stable carries its verdict's marker; colours co
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -53,13 +51,9 @@ def _all_titles(fig) -> str:
 
 
 def _exp(name: str):
-    if str(EXP) not in sys.path:
-        sys.path.insert(0, str(EXP))
-    spec = importlib.util.spec_from_file_location(f"_labels_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from tests.reporting.test_figures import _load_experiment
+
+    return _load_experiment(name)
 
 
 def _sweep_table():
