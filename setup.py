@@ -17,6 +17,7 @@ import json
 import os
 import runpy
 import sys
+import warnings
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -125,5 +126,8 @@ def _extensions() -> tuple[list, str]:
 
 
 if __name__ == "__main__":
+    # setuptools' note on every editable install (`pip install -e .`, so `make run`): the checkout's own folders may
+    # shadow the package; information for no action, and the one build message a user would see
+    warnings.filterwarnings("ignore", message=r"\s*Editable installation")
     EXTENSIONS, _ = _extensions()
     setup(packages=packages(), ext_modules=EXTENSIONS, cmdclass={"build_ext": OptionalBuildExt})
