@@ -32,13 +32,17 @@ import pandas as pd
 from dvasim.reporting.plots import (  # noqa: F401
     PALETTE,
     SLO_COLOUR,
+    STRATEGY_COLOURS,
     axis_note,
+    bar_verdict,
     describe,
     device_name,
+    mark_groups,
     mark_verdicts,
     model_panels,
     policy_colour,
     policy_colours,
+    rates_words,
     readable,
     row_verdict,
     slo_line,
@@ -315,6 +319,38 @@ def context(df: pd.DataFrame | None = None, device: str | None = DEVICE, **parts
     if "stack" not in parts:
         parts["stack"] = list(df["stack"]) if df is not None and "stack" in df else None
     return describe(device=device_name(device) if device else None, **parts)
+
+
+def with_verdicts(df: pd.DataFrame, slo_ms: float | None = None, stable: str | None = None) -> pd.DataFrame:
+    """``df`` with a ``verdict`` column for the verdict markers (:func:`dvasim.reporting.plots.bar_verdict` of each
+    row: a ``stable`` column false or unfinished queries ``unstable``, metastable probes ``metastable``, a p99 over
+    ``slo_ms`` ``over-SLO``); ``stable``: the name of the table's stability column when it is not ``stable``."""
+    d = df.assign(stable=df[stable]) if stable and stable in df else df.copy()
+    d["verdict"] = [bar_verdict(r, slo_ms) for r in d.to_dict("records")]
+    return d
+
+
+def marked_note(ax, counts: dict[str, int], what: str = "marked") -> None:
+    """Say above ``ax`` how many points of each verdict :func:`mark_verdicts` marked (nothing when none)."""
+    if counts:
+        axis_note(ax, f"{what}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+
+
+def side_legend(fig, axes, title: str | None = None, y: float = 0.9):
+    """One legend for ``axes`` (every line and marker once, the panels' own legends removed), beside them at the
+    right of ``fig``: a legend never sits on the data. Returns it (``None`` when nothing is labelled)."""
+    handles, labels = [], []
+    for ax in list(getattr(axes, "flat", axes)):
+        for h, lb in zip(*ax.get_legend_handles_labels()):
+            if lb not in labels and not lb.startswith("_"):
+                handles.append(h)
+                labels.append(lb)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if not handles:
+        return None
+    return fig.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.0, y), fontsize=8,
+                      title_fontsize=8)
 
 
 def plt_sns():

@@ -5,11 +5,13 @@ three figures (:func:`dvasim.reporting.plots.policy_bars`, :func:`~dvasim.report
 reruns the scripts.
 
 Redrawn, in ``experiments/results`` and ``experiments/results/gpu-only``: Figures 15, 17-21, E2bird's 13-14,
-LazyBatching's 12-15, and the compare figures (also ``tfserving/compare``). Not redrawn here (their CSVs do not
-hold what the figure draws, or the figure is its script's run): ``paper_rerun/*/figures`` (only PNGs are kept),
-``table5_strategies``, ``study_*``, ``tcomp_wait_sweep`` and ``stack_question``.
+LazyBatching's 12-15, the compare figures (also ``tfserving/compare``), Table 5's strategies (``table5``), the
+characterization study's figures (``study``: ``study_fig9_window``, ``study_maxbs``, ``study_fig10`` / ``fig12`` /
+``fig13`` / ``fig15``), ``tcomp_wait_sweep`` (``tcomp``) and ``stack_question``. The paper rerun's Figures 15 and
+17-21 are redrawn from the CSVs committed beside them by naming their folders:
 
-    .venv/bin/python experiments/redraw_figures.py [--results DIR] [--only NAME ...]
+    .venv/bin/python experiments/redraw_figures.py [--results DIR ...] [--only NAME ...]
+    .venv/bin/python experiments/redraw_figures.py --results experiments/results/paper_rerun/*/figures
 """
 
 from __future__ import annotations
@@ -76,6 +78,43 @@ def _compare(d: Path) -> None:
                                f"(points of DelayBatch's mean){on}", device=COMPARE_DEVICE, offered=results)
 
 
+def _table5(d: Path) -> None:
+    import table5_strategies as f
+
+    f.plot(pd.read_csv(d / "table5_strategies.csv"), d / "table5_strategies.png")
+
+
+def _study(d: Path) -> None:
+    import study_maxbs
+    import study_slicing as sl
+    import study_window
+
+    study_window.plot(pd.read_csv(d / "study_fig9_window.csv"), d / "study_fig9_window.png")
+    study_maxbs.plot(pd.read_csv(d / "study_maxbs.csv"), d / "study_maxbs.png")
+    sl.plot_lines(pd.read_csv(d / "study_fig10_slice_position.csv"), "ratio", "capacity_qps",
+                  d / "study_fig10_slice_position.png", sl.FIG10_TITLE)
+    sl.plot_lines(pd.read_csv(d / "study_fig12_stages.csv"), "stages", "capacity_qps", d / "study_fig12_stages.png",
+                  sl.FIG12_TITLE, style="launch_overhead_ms")
+    sl.plot_micro(pd.read_csv(d / "study_fig13_split.csv"), d / "study_fig13_split.png", "split")
+    sl.plot_micro(pd.read_csv(d / "study_fig15_stretch.csv"), d / "study_fig15_stretch.png", "stretch")
+
+
+def _tcomp(d: Path) -> None:
+    import tcomp_wait_sweep as f
+
+    for suffix in ("", "_window"):
+        if (d / f"tcomp_wait_sweep{suffix}.csv").exists():
+            qos = d / f"tcomp_wait_qos{suffix}.csv"
+            f.plot(pd.read_csv(d / f"tcomp_wait_sweep{suffix}.csv"), d / f"tcomp_wait_sweep{suffix}.png",
+                   pd.read_csv(qos) if qos.exists() else None)
+
+
+def _stack_question(d: Path) -> None:
+    import stack_question as f
+
+    f.plot(pd.read_csv(d / "stack_question.csv"), d / "stack_question.png")
+
+
 FIGURES = {
     "fig15": _fig15,
     "fig17": _simple("fig17_glue", "fig17_glue.csv", "fig17_glue.png"),
@@ -86,6 +125,10 @@ FIGURES = {
     "e2bird": _e2bird,
     "lazyb": _lazyb,
     "compare": _compare,
+    "table5": _table5,
+    "study": _study,
+    "tcomp": _tcomp,
+    "stack_question": _stack_question,
 }
 
 

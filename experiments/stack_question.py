@@ -219,25 +219,49 @@ def one_config(job: tuple, progress=None) -> tuple[dict, pd.DataFrame | None]:
     return row, tuned
 
 
-def plot(df: pd.DataFrame, path: Path) -> None:
+def gpus_verdict(row: dict) -> str:
+    """A stack / policy's verdict for the figure: ``unstable`` when no GPU count held (``gpus`` infinite, or its
+    long run did not hold), ``metastable`` when its capacity search met metastable rates (``metastable_probes``:
+    rates it did not recover at from a backlog), else ``stable``."""
+    gpus = pd.to_numeric(pd.Series([row.get("gpus")]), errors="coerce").iloc[0]
+    if not (gpus == gpus and math.isfinite(gpus)) or str(row.get("at_holds")).strip().lower() == "false":
+        return "unstable"
+    return common.row_verdict({"n_metastable": row.get("metastable_probes")})
+
+
+def plot(df: pd.DataFrame, path: Path, device: str = DEVICE) -> None:
+    """H100s needed per serving stack and policy, one panel per stage count; a bar whose capacity search met
+    metastable rates (or whose count did not hold) carries its verdict's marker. The title names the model, the
+    ``device``, the stacks, the policies and the load."""
     plt, sns = common.plt_sns()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), sharey=True)
+    order = [s for s in SERVERS if s in set(df["server"])]
+    hue = [p for p in POLICIES if p in set(df["policy"])]
+    width = 0.8 / max(len(hue), 1)  # seaborn's dodged bars: 0.8 wide in all, one slot per policy
     for ax, st in zip(axes, STAGES):
         d = df[df.stages == st]
-        sns.barplot(data=d, x="server", y="gpus", hue="policy", ax=ax, order=list(SERVERS),
-                    hue_order=list(POLICIES), palette=common.policy_colours(POLICIES), saturation=1)
+        sns.barplot(data=d, x="server", y="gpus", hue="policy", ax=ax, order=order, hue_order=hue,
+                    palette=common.policy_colours(hue), saturation=1)
         for cont in ax.containers:
             ax.bar_label(cont, fmt="%d", fontsize=7)
         ax.set_yscale("log")
-        ax.set(xlabel="", ylabel=f"H100s for {TARGET_QPS:,.0f} qps, p99 <= {SLO_MS:g} ms",
-               title=f"BERT-base, {st} stages")
+        ax.set(xlabel="serving stack", ylabel=f"H100s for {TARGET_QPS:,.0f} qps, p99 <= {SLO_MS:g} ms",
+               title=f"{MODEL}, {st} stages")
         ax.tick_params(axis="x", labelrotation=15)
-    fig.suptitle("One question under each serving stack (fitted engine: experiments/h100_fit); probes of 60 s, "
-                 "trigger-tested")
+        rows = [r for r in d.to_dict("records") if r["server"] in order and r["policy"] in hue]
+        counts = common.mark_verdicts(ax, [order.index(r["server"]) - 0.4 + width * (hue.index(r["policy"]) + 0.5)
+                                           for r in rows], [r["gpus"] for r in rows], [gpus_verdict(r) for r in rows])
+        common.marked_note(ax, counts, "marked (its capacity search met metastable rates)")
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    common.verdict_legend(axes[-1], "policy")
+    what = common.context(df, device, model=MODEL, policy=hue)
+    fig.suptitle(f"One question under each serving stack: how many GPUs? (fitted engine: experiments/h100_fit, "
+                 f"stack 'custom')\n{what}\nload: Poisson, {TARGET_QPS:,.0f} queries/s shared equally by the GPUs; "
+                 f"p99 <= {SLO_MS:g} ms; probes of 60 s, trigger-tested")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-
 
 def main(argv=None) -> dict[str, pd.DataFrame]:
     from dvasim.studies.parallel import map_jobs

@@ -37,7 +37,6 @@ import dvasim  # noqa: E402
 from dvasim.reporting.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
 from dvasim.studies import evaluation as study  # noqa: E402
-from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 # Tables 2-4: model -> load -> rows (MAX-BS 1..64) of (throughput, latency ms, collected BS)
 PAPER = {
@@ -162,11 +161,15 @@ def findings(df: pd.DataFrame) -> None:
                                     "highest throughput; a drop after the best = Finding 4's shape)", digits=3)
 
 
-def plot(df: pd.DataFrame, path: Path) -> None:
+def plot(df: pd.DataFrame, path: Path, device: str = ch.DEVICE) -> None:
+    """Throughput, mean latency and collected batch size over MAX-BS (uniform arrivals; dashed: the study's Tables
+    2-4), one column per model; a point whose run was not stable (``stable`` false: saturated, its queue growing)
+    carries its verdict's marker. The title names the models, the ``device`` (the A100 tables), the stack, the
+    policy and the load."""
     plt, sns = common.plt_sns()
     models = list(dict.fromkeys(df["model"]))
-    fig, axes = plt.subplots(3, len(models), figsize=(5 * len(models), 10), squeeze=False)
-    u = df[df["arrivals"] == "uniform"]
+    fig, axes = plt.subplots(3, len(models), figsize=(5 * len(models), 10.5), squeeze=False)
+    u = common.with_verdicts(df[df["arrivals"] == "uniform"])
     for j, model in enumerate(models):
         g = u[u["model"] == model]
         for i, (col, pcol, label) in enumerate((("throughput_qps", "paper_throughput_qps", "throughput (qps)"),
@@ -176,14 +179,20 @@ def plot(df: pd.DataFrame, path: Path) -> None:
             sns.lineplot(data=g, x="max_bs", y=col, hue="load", marker="o", ax=ax)
             for load, h in g.groupby("load", sort=False):
                 ax.plot(h["max_bs"], h[pcol], ls="--", marker="x", alpha=0.5, label=f"{load} (paper)")
-            ax.set(xscale="log", title=f"{ch.PAPER_NAMES[model]} ({model}, a100)" if i == 0 else "",
+            ax.set(xscale="log", title=f"{ch.PAPER_NAMES[model]} ({model})" if i == 0 else "",
                    xlabel="MAX-BS", ylabel=label)
             if col == "mean_latency_ms":
                 ax.set_yscale("log")
-            ax.legend(fontsize=6)
-    save_figure(fig, path, "Triton with varying MAX-BS (solid: dvasim, uniform arrivals; dashed: the study's Tables 2-4)"
-                           f"{stack_title(df)}")
-
+            counts = common.mark_groups(ax, g, "max_bs", col, "load")
+            if i == 0:
+                common.marked_note(ax, counts, "marked (not stable: the queue grows)")
+    common.side_legend(fig, axes, "load (solid: dvasim; dashed: the study)", y=0.85)
+    qps = u.groupby("load", sort=False)["offered_qps"].agg(["min", "max"])
+    load = ("evenly spaced arrivals, low / medium / high = 1/4, 3/5, 9/10 of strategy VIII's capacity ("
+            + ", ".join(f"{ld} {r['min']:.0f}-{r['max']:.0f}" for ld, r in qps.iterrows()) + " queries/s)")
+    what = common.context(df, device, model=models, policy="delaybatch (Triton's batcher, the model run whole)")
+    save_figure(fig, path, "Triton with varying MAX-BS (solid: dvasim, uniform arrivals; dashed: the study's Tables "
+                           f"2-4; marked: not stable)\n{what}\nload: {load}")
 
 if __name__ == "__main__":
     main()

@@ -57,6 +57,8 @@ OVERHEADS = (0.0, 0.29)  # Figure 12's [engine] launch_overhead_ms on a stack wi
 SPLIT_BS = (4, 8, 16, 32, 64)
 SPLIT_N = (2, 4, 8, 16, 32, 64)
 STRETCH_BS = (1, 2, 4, 8, 16, 32)
+FIG10_TITLE = "Figure 10: capacity (p99 <= 200 ms) over the slicing ratio Stage_0 / (Stage_0 + Stage_1)"
+FIG12_TITLE = "Figure 12: capacity (p99 <= 200 ms) over the stage count (time-even slicing)"
 
 
 @functools.lru_cache(maxsize=256)
@@ -173,8 +175,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
         ratios = [0.25, 0.5] if q else ch.ratio_grid(0.1, 0.05, 0.95)
         df = out["fig10"] = fig10(sweep_models, ratios, n, q, clock, args.stack)
         common.save(df, args.out, "study_fig10_slice_position.csv")
-        plot_lines(df, "ratio", "capacity_qps", args.out / "study_fig10_slice_position.png",
-                   "Figure 10: capacity (p99 <= 200 ms) over the slicing ratio Stage_0 / (Stage_0 + Stage_1)")
+        plot_lines(df, "ratio", "capacity_qps", args.out / "study_fig10_slice_position.png", FIG10_TITLE)
         show_wide(df, "ratio", "capacity_qps", "Figure 10: capacity (qps) by slicing ratio and strategy")
         show_wide(df, "ratio", "mean_latency_ms", "Figure 10: mean latency (ms) at 9/10 of VIII's capacity at r=0.5")
     if 12 in args.figures:
@@ -182,8 +183,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
         stages, ovs = ((1, 2), ovs[-1:]) if q else (STAGES, ovs)
         df = out["fig12"] = fig12(sweep_models, stages, ovs, n, q, clock, args.stack)
         common.save(df, args.out, "study_fig12_stages.csv")
-        plot_lines(df, "stages", "capacity_qps", args.out / "study_fig12_stages.png",
-                   "Figure 12: capacity (p99 <= 200 ms) over the stage count (time-even slicing)",
+        plot_lines(df, "stages", "capacity_qps", args.out / "study_fig12_stages.png", FIG12_TITLE,
                    style="launch_overhead_ms")
         for ov in ovs:
             d = df[df["launch_overhead_ms"] == ov]
@@ -232,25 +232,52 @@ def show_wide(df, x, y, title, col="strategy", ratios=None) -> None:
     common.show(wide.reset_index(), title, digits=3)
 
 
-def plot_lines(df, x, y, path, title, style=None) -> None:
+QOS_MS = 200.0  # the capacities' p99 target
+STRATEGY_WORDS = "dvabatch as strategies I (naive batching), II (pipelined only), VIII (stretch + split + pipeline)"
+
+
+def plot_lines(df, x, y, path, title, style=None, device: str = ch.DEVICE) -> None:
+    """Capacity (top) and mean latency at a fixed load (bottom) over ``x``, one line per strategy (their colours:
+    ``STRATEGY_COLOURS``), one column per model. A fixed-load run that was not stable (``stable_at_load`` false)
+    or over the 200 ms p99 carries its verdict's marker; a capacity whose search reached its bracket's top (a lower
+    bound) is named above its panel. The title names the models, the ``device`` (the A100 tables), the stack, the
+    policy and the load."""
     plt, sns = common.plt_sns()
     models = list(dict.fromkeys(df["model"]))
-    fig, axes = plt.subplots(2, len(models), figsize=(5 * len(models), 7.5), squeeze=False)
+    fig, axes = plt.subplots(2, len(models), figsize=(5 * len(models), 8), squeeze=False)
+    hue = [s for s in ch.STRATEGIES if s in set(df["strategy"])]
+    v = common.with_verdicts(df, QOS_MS, stable="stable_at_load")
+    v["line"] = v["strategy"].astype(str) + ("" if style is None else " " + v[style].astype(str))
     for j, model in enumerate(models):
-        g = df[df["model"] == model]
+        g = v[v["model"] == model]
         for i, (col, label) in enumerate(((y, "capacity (qps)"), ("mean_latency_ms", "mean latency (ms) at 9/10 ref"))):
             ax = axes[i, j]
-            sns.lineplot(data=g, x=x, y=col, hue="strategy", style=style, marker="o", ax=ax)
-            ax.set(title=f"{ch.PAPER_NAMES[model]} ({model}, a100)" if i == 0 else "", ylabel=label)
+            sns.lineplot(data=g, x=x, y=col, hue="strategy", hue_order=hue, palette=common.STRATEGY_COLOURS,
+                         style=style, marker="o", ax=ax)
+            ax.set(title=f"{ch.PAPER_NAMES[model]} ({model})" if i == 0 else "", ylabel=label)
             if x == "stages":
                 ax.set_xscale("log", base=2)
             if i == 1:
                 ax.set_yscale("log")
-            ax.legend(fontsize=6)
-    save_figure(fig, path, title + " -- strategies I naive, II pipeline, VIII all" + stack_title(df))
+                common.marked_note(ax, common.mark_groups(ax, g, x, col, "line"))
+            elif "capacity_at_bracket_top" in g:
+                top = g[g["capacity_at_bracket_top"].map(lambda b: str(b).strip().lower() in ("true", "1"))]
+                if len(top):
+                    common.axis_note(ax, f"{len(top)} capacit{'ies' if len(top) > 1 else 'y'} at the search's "
+                                         "top (a lower bound)")
+    common.side_legend(fig, axes, y=0.8)
+    common.readable(fig)
+    rate = df["load_qps"] if "load_qps" in df else df.get("reference_qps")
+    what = common.context(df, device, model=models, policy=STRATEGY_WORDS)
+    load = (f"capacity: Poisson probes, p99 <= {QOS_MS:g} ms; latency: evenly spaced arrivals at 9/10 of VIII's "
+            f"capacity at r = 0.5 ({common.rates_words(rate)})")
+    save_figure(fig, path, f"{title} (marked: not stable, or p99 over {QOS_MS:g} ms)\n{what}\nload: {load}")
 
 
-def plot_micro(df, path, op) -> None:
+def plot_micro(df, path, op, device: str = ch.DEVICE) -> None:
+    """Speedup of ``op`` (split: Figures 13-14; stretch: Figures 15-16) over the slicing ratio, one column per
+    model; scripted scenarios (one batch, or two), so no run has a verdict to mark. The title names the models, the
+    ``device`` (the A100 tables), the stack, the policy and the scenario (the load)."""
     plt, sns = common.plt_sns()
     models = list(dict.fromkeys(df["model"]))
     fig, axes = plt.subplots(2, len(models), figsize=(5 * len(models), 7.5), squeeze=False)
@@ -260,13 +287,13 @@ def plot_micro(df, path, op) -> None:
             a, b = g[g["figure"] == 13], g[g["batch_size"] == 64]
             sns.lineplot(data=a, x="ratio", y="speedup", hue="batch_size", palette="viridis", ax=axes[0, j])
             sns.lineplot(data=b, x="ratio", y="speedup", hue="n_sub", palette="magma", ax=axes[1, j])
-            axes[0, j].set(title=f"{ch.PAPER_NAMES[model]}: 2 x (BS=N) (Fig. 13)")
+            axes[0, j].set(title=f"{ch.PAPER_NAMES[model]} ({model}): 2 x (BS=N) (Fig. 13)")
             axes[1, j].set(title="n x (BS=64) (Fig. 14)")
         else:
             a = g[(g["figure"] == 15)]
             sns.lineplot(data=a, x="ratio", y="speedup", hue="bs0", style="baseline", palette="viridis",
                          ax=axes[0, j])
-            axes[0, j].set(title=f"{ch.PAPER_NAMES[model]}: BS_0 = BS_1 = N (Fig. 15)")
+            axes[0, j].set(title=f"{ch.PAPER_NAMES[model]} ({model}): BS_0 = BS_1 = N (Fig. 15)")
             grid = g[g["figure"] == 16].pivot_table(index="bs0", columns="bs1", values="speedup")
             sns.heatmap(grid, annot=True, fmt=".2f", cmap="RdYlGn", center=1.0, ax=axes[1, j], cbar=False,
                         annot_kws={"fontsize": 7})
@@ -274,11 +301,25 @@ def plot_micro(df, path, op) -> None:
         for ax in axes[:, j]:
             if ax.get_xlabel() == "ratio":
                 ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-                ax.legend(fontsize=6)
-    common.readable(fig)
-    save_figure(fig, path, f"{op} speedup = mean latency without / with {op} (one scripted scenario, a100 tables)"
-                           f"{stack_title(df)}")
-
+                ax.set_xlabel("slicing ratio Stage_0 / (Stage_0 + Stage_1)")
+    names = ({0: "batch size N (2 sub-batches)", 1: "sub-batches n (N = 64)"} if op == "split"
+             else {0: "N = BS_0 = BS_1; baseline"})
+    for i, name in names.items():  # one legend per row, beside its last panel: never on the data
+        for ax in axes[i, :-1]:
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+        if axes[i, -1].get_legend() is not None:
+            axes[i, -1].legend(title=name, fontsize=7, title_fontsize=7, loc="upper left",
+                               bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    titles = [ax.get_title() for ax in fig.axes]
+    common.readable(fig)  # (which reads a title "a = b" as a facet's and keeps only "b": the titles are put back)
+    for ax, title in zip(fig.axes, titles):
+        ax.set_title(title)
+    scenario = ("one batch of N queries arriving at once, split after Stage_0 into n sub-batches" if op == "split"
+                else "BS_1 arriving as BS_0 starts Stage_0")
+    what = common.context(df, device, model=models, policy=f"dvabatch with and without {op}")
+    save_figure(fig, path, f"{op} speedup = mean latency without / with {op} (one scripted scenario)\n{what}\n"
+                           f"load: {scenario}")
 
 if __name__ == "__main__":
     main()

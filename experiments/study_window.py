@@ -33,7 +33,6 @@ from study_maxbs import reference, run_point  # noqa: E402
 
 from dvasim.reporting.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
-from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
 
 MAX_BS = {"resnet152": 64, "bert_base": 16, "linknet": 8}  # the study's §4.3
 WINDOWS_MS = (0.01, 0.1, 0.5, 2.0, 10.0)
@@ -83,12 +82,18 @@ def findings(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(df: pd.DataFrame, path: Path) -> None:
+QOS_MS = 200.0  # the study's p99 target (the reference capacity is searched under it)
+
+
+def plot(df: pd.DataFrame, path: Path, device: str = ch.DEVICE) -> None:
+    """Throughput against the request rate, one line per window, one panel per model; a point whose run was not
+    stable (``stable`` false) or whose p99 was over 200 ms carries its verdict's marker. The title names the
+    models, the ``device`` (the A100 tables), the stack, the policy and the load."""
     plt, sns = common.plt_sns()
     models = list(dict.fromkeys(df["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.2), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
-        g = df[df["model"] == model].copy()
+        g = common.with_verdicts(df[df["model"] == model], QOS_MS)
         g["window"] = g["window_ms"].map(lambda w: f"{w:g} ms")
         sns.lineplot(data=g, x="offered_qps", y="throughput_qps", hue="window", marker="o", ax=ax)
         top = g["offered_qps"].max()
@@ -98,12 +103,17 @@ def plot(df: pd.DataFrame, path: Path) -> None:
             if len(h):
                 ax.annotate(mark, (h["offered_qps"].iloc[0], h["throughput_qps"].max()), textcoords="offset points",
                             xytext=(0, 6), ha="center")
-        ax.set(title=f"{ch.PAPER_NAMES[model]} ({model}, a100, MAX-BS {MAX_BS[model]})", xlabel="request rate (qps)",
+        ax.set(title=f"{ch.PAPER_NAMES[model]} ({model}), MAX-BS {MAX_BS[model]}", xlabel="request rate (qps)",
                ylabel="throughput (qps)")
-        ax.legend(fontsize=7, title="time window")
-    save_figure(fig, path, "Triton's throughput against the request rate per batching time window (the study's Figure 9)"
-                           f"{stack_title(df)}")
-
+        common.marked_note(ax, common.mark_groups(ax, g, "offered_qps", "throughput_qps", "window"))
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    common.verdict_legend(axes[0, -1], "time window")
+    what = common.context(df, device, model=models, policy="delaybatch (Triton's batcher, the model run whole)")
+    load = (f"evenly spaced arrivals, {common.rates_words(df['offered_qps'])} (0.1 to 1.5 x strategy VIII's "
+            "capacity; L, M, H = 1/4, 3/5, 9/10)")
+    save_figure(fig, path, "Triton's throughput against the request rate per batching time window (the study's "
+                           f"Figure 9; marked: not stable, or p99 over {QOS_MS:g} ms)\n{what}\nload: {load}")
 
 if __name__ == "__main__":
     main()

@@ -44,7 +44,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-from dvasim.reporting.plots import policy_colours, save_figure  # noqa: E402  (policy_colours: a fixed colour per label)
+from dvasim.reporting.plots import save_figure  # noqa: E402
 from dvasim.studies import characterization as ch  # noqa: E402
 from dvasim.studies import evaluation as study  # noqa: E402
 from dvasim.studies.compare import stack_title  # noqa: E402  (" [stack: NAME]" for a figure title)
@@ -163,18 +163,43 @@ def _relative(mean: pd.DataFrame, load: str) -> None:
                 "(paper: Table 5's high load)", digits=3)
 
 
-def plot(mean: pd.DataFrame, path: Path) -> None:
+QOS_MS = 200.0  # the study's p99 target (the loads' reference capacity is searched under it)
+LOAD_WORDS = "Poisson, low / medium / high / overload = 1/4, 3/5, 9/10, 1.5 x strategy VIII's capacity"
+
+
+def plot(mean: pd.DataFrame, path: Path, device: str = common.DEVICE) -> None:
+    """Throughput per load and strategy, one panel per model; each load's tick says its offered rate, a bar whose
+    runs were over the 200 ms p99 (or left queries unfinished) carries its verdict's marker at its top. The title
+    names the models, the ``device``, the stack, the policy (DVABatch with the strategies' flags) and the load."""
     plt, sns = common.plt_sns()
     models = list(dict.fromkeys(mean["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.4), squeeze=False)
     order = [ld for ld in PAPER_LOAD if ld in set(mean["load"])]
+    hue = [lb for lb in LABELS if lb in set(mean["strategy"])]
+    width = 0.8 / max(len(hue), 1)  # seaborn's dodged bars: 0.8 wide in all, one slot per strategy
     for ax, model in zip(axes.flat, models):
-        sns.barplot(data=mean[mean["model"] == model], x="load", y="throughput_qps", hue="strategy", order=order,
-                    hue_order=list(LABELS), palette=policy_colours(LABELS), saturation=1, ax=ax)
-        ax.set(title=f"{PAPER_NAME.get(model, model)} ({model})", xlabel="load", ylabel="throughput (queries/s)")
-        ax.legend(title="strategy", fontsize=7, ncol=2)
-    save_figure(fig, path, f"Table 5's eight strategies{stack_title(mean)}")
-
+        d = common.with_verdicts(mean[mean["model"] == model], QOS_MS)
+        sns.barplot(data=d, x="load", y="throughput_qps", hue="strategy", order=order, hue_order=hue,
+                    palette=common.STRATEGY_COLOURS, saturation=1, errorbar=None, ax=ax)
+        qps = d.groupby("load")["offered_qps"].first()
+        ax.set_xticks(range(len(order)))
+        ax.set_xticklabels([f"{ld}\n{qps.get(ld, float('nan')):.0f} qps" for ld in order])
+        ax.set(title=f"{PAPER_NAME.get(model, model)} ({model})", xlabel="load (offered queries/s)",
+               ylabel="throughput (queries/s)")
+        rows = [r for r in d.to_dict("records") if r["load"] in order and r["strategy"] in hue]
+        counts = common.mark_verdicts(ax, [order.index(r["load"]) - 0.4 + width * (hue.index(r["strategy"]) + 0.5)
+                                           for r in rows], [r["throughput_qps"] for r in rows],
+                                      [r["verdict"] for r in rows])
+        common.marked_note(ax, counts)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    leg = common.verdict_legend(axes.flat[-1], "strategy (stretch, split, pipeline)")
+    for text in leg.get_texts() if leg is not None else []:
+        if text.get_text() in ch.TABLE5_STRATEGIES:
+            text.set_text(f"{text.get_text()} ({''.join(str(b) for b in ch.TABLE5_STRATEGIES[text.get_text()])})")
+    what = common.context(mean, device, model=models, policy="dvabatch with Table 5's strategies I-VIII")
+    save_figure(fig, path, f"Table 5's eight strategies: throughput (marked: p99 over {QOS_MS:g} ms or queries "
+                           f"unfinished)\n{what}\nload: {LOAD_WORDS}")
 
 if __name__ == "__main__":
     main()

@@ -308,13 +308,22 @@ def catch_up_account(queries: dict, df: pd.DataFrame) -> pd.DataFrame:
     return acc.reset_index(drop=True)
 
 
-def plot(df: pd.DataFrame, path: Path, qos: pd.DataFrame | None = None) -> None:
+QOS_MS = 200.0  # the study's p99 target (the QoS rule's)
+
+
+def plot(df: pd.DataFrame, path: Path, qos: pd.DataFrame | None = None, device: str = common.DEVICE) -> None:
+    """Mean latency relative to the no-stretch reference over the fixed fraction, one line per load, one panel per
+    model; the QoS rule as a star right of the largest fraction. A run with queries unfinished or a p99 over 200 ms
+    carries its verdict's marker. The title names the models, the ``device``, the stack, the policy and the load."""
     models = list(dict.fromkeys(df["model"]))
     plt, sns, fig, axes = common.model_panels(models, 5.0, 3.8)
     pos = sorted(f for f in FRACS if f > 0)
     x0 = pos[0] / 4  # where frac 0 is drawn on the log axis
-    sw = df[df["run"] == "sweep"].assign(x=lambda d: d["frac"].where(d["frac"] > 0, x0))
+    xq = pos[-1] * 4  # the QoS rule (default), drawn right of the largest frac
+    sw = common.with_verdicts(df[df["run"] == "sweep"], QOS_MS).assign(
+        x=lambda d: d["frac"].where(d["frac"] > 0, x0))
     hue_order = [ld for ld in study.LOADS if ld in set(df["load"])]
+    colors = dict(zip(hue_order, sns.color_palette(n_colors=len(hue_order))))
     for ax, model in zip(axes.flat, models):
         d = sw[sw["model"] == model]
         ax.set_xscale("log")
@@ -326,13 +335,15 @@ def plot(df: pd.DataFrame, path: Path, qos: pd.DataFrame | None = None) -> None:
                     transform=ax.transAxes, ha="center", va="center")
             ax.set_yticks([])
         else:
-            sns.lineplot(data=d, x="x", y="mean_rel", hue="load", hue_order=hue_order, marker="o", ax=ax)
-        xq = pos[-1] * 4  # the QoS rule (default), drawn right of the largest frac
+            sns.lineplot(data=d, x="x", y="mean_rel", hue="load", hue_order=hue_order, palette=colors, marker="o",
+                         ax=ax)
+        counts = common.mark_verdicts(ax, d["x"], d["mean_rel"], d["verdict"]) if len(d) else {}
         if qos is not None and len(qos) and not d.empty:
-            q = qos[(qos["model"] == model) & (qos["run"] == "qos")]
-            colors = dict(zip(hue_order, sns.color_palette(n_colors=len(hue_order))))
+            q = common.with_verdicts(qos[(qos["model"] == model) & (qos["run"] == "qos")], QOS_MS)
             for _, r in q.iterrows():
                 ax.scatter([xq], [r["mean_rel"]], marker="*", s=90, color=colors.get(r["load"], "k"), zorder=3)
+            for v, n in common.mark_verdicts(ax, [xq] * len(q), q["mean_rel"], q["verdict"]).items():
+                counts[v] = counts.get(v, 0) + n
             ax.set_xticks([x0, *pos, xq])
             ax.set_xticklabels(["0", *(f"{f:g}" for f in pos), "QoS"])
         else:
@@ -341,13 +352,15 @@ def plot(df: pd.DataFrame, path: Path, qos: pd.DataFrame | None = None) -> None:
         ax.minorticks_off()
         ax.set(title=model, xlabel="t_comp_wait_frac (* = the QoS rule)",
                ylabel="mean latency / no-stretch mean")
-    stacks = ", ".join(dict.fromkeys(str(x) for x in df["stack"])) if "stack" in df else ""
-    if stacks:
-        fig.suptitle(f"Policy III's T_comp_wait [stack: {stacks}]")
+        common.marked_note(ax, counts)
+    common.side_legend(fig, axes, "load")
+    what = common.context(df, device, model=models, policy="dvabatch (Policy III's T_comp_wait swept)")
+    load = (f"Poisson, low / medium / high = 1/4, 3/5, 9/10 of DelayBatch's peak ({common.rates_words(df['offered_qps'])}"
+            f"); marked: p99 over {QOS_MS:g} ms or queries unfinished")
+    fig.suptitle(f"Policy III's T_comp_wait: DVABatch's mean latency relative to no stretch\n{what}\nload: {load}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
-
 
 if __name__ == "__main__":
     main()

@@ -6,6 +6,7 @@ experiments' scripts (``experiments/common.py`` re-exports these) and the notebo
   ``LazyB`` or ``GraphB(50)`` mapped to the policy they name);
 * :data:`SHARE_COLOURS`: the steps of DVABatch's attribution, each distinct from the others and from the
   policies' colours ("rest" is grey, not DVABatch's red);
+* :data:`STRATEGY_COLOURS`: the characterization study's strategies I..VIII (its Table 5), one colour each;
 * :data:`VERDICT_STYLE`: how a sweep, capacity or latency figure marks a point whose run was not stable
   (:data:`dvasim.reporting.verdict.VERDICTS`): a hollow marker of its own shape and colour around the point.
 
@@ -57,6 +58,12 @@ SHARE_NAMES = {"share_multientry_pp": "multi-entry", "share_stretch_pp": "stretc
 # neutral grey for what no step explains -- never DVABatch's red, which would read as DVABatch itself
 SHARE_COLOURS = {"share_multientry_pp": "#a6d854", "share_stretch_pp": "#1b9e77", "share_split_pp": "#386cb0",
                  "share_input_pp": "#e7298a", "share_rest_pp": "#bdbdbd"}
+
+# the characterization study's reorchestrating strategies (its Table 5's rows I..VIII: stretch, split, pipeline on or
+# off), one colour each in every figure that draws them (table5_strategies, study_fig10 / fig12): naive batching (I)
+# grey, everything on (VIII, DVABatch) DVABatch's red, the others distinct hues apart from the verdicts' colours
+STRATEGY_COLOURS = {"I": "#7f7f7f", "II": "#17becf", "III": "#bcbd22", "IV": "#8c564b", "V": "#e377c2",
+                    "VI": "#2ca02c", "VII": "#1f4e79", "VIII": "#c44e52"}
 
 # the verdicts a figure marks (every one but "stable"), least to most severe: a hollow marker around the point
 VERDICT_STYLE: dict[str, dict] = {

@@ -97,6 +97,7 @@ from dvasim.reporting.palette import (  # noqa: E402, F401  (the figures' names 
     PALETTE,
     SHARE_COLOURS,
     SHARE_NAMES,
+    STRATEGY_COLOURS,
     VERDICT_STYLE,
     label_palette,
     policy_colour,
@@ -165,7 +166,11 @@ def axis_label(column) -> str:
 def _raw(text: str) -> bool:
     """Whether ``text`` looks like a column name rather than words (no space; an underscore, a dot or a known
     column)."""
-    return bool(text) and " " not in text and ("_" in text or "." in text or text in LABELS)
+    try:
+        float(text)
+        return False  # a number ("0.29"), never a column
+    except ValueError:
+        return bool(text) and " " not in text and ("_" in text or "." in text or text in LABELS)
 
 
 def readable(obj):

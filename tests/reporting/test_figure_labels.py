@@ -258,3 +258,102 @@ def test_one_palette_module_serves_every_figure():
     assert palette.policy_colour("N-Ebird") == palette.PALETTE["n-ebird"]
     for v in palette.VERDICT_STYLE.values():  # the markers stand apart from every policy's colour
         assert v["color"] not in palette.PALETTE.values()
+
+
+# ----------------------------------------------------------------------------- the studies' and sweeps' figures
+A100 = "NVIDIA A100"
+
+
+def test_table5_names_device_stack_policy_and_load_and_marks_over_slo_bars(tmp_path, figs):
+    t5 = _exp("table5_strategies")
+    rows = [{"model": "resnet152", "stack": "triton-tensorrt-21.10", "load": ld, "strategy": s, "offered_qps": q,
+             "throughput_qps": q, "p99_latency_ms": 900.0 if ld == "overload" and s == "I" else 10.0,
+             "n_completed": 10, "n_queries": 10} for ld, q in (("low", 100.0), ("overload", 600.0))
+            for s in t5.LABELS]
+    t5.plot(pd.DataFrame(rows), tmp_path / "t5.png")
+    fig = figs[0]
+    title = _suptitle(fig)
+    for word in (TITAN, "stack: triton-tensorrt-21.10", "dvabatch", "resnet152", "load: Poisson"):
+        assert word in title, (word, title)
+    ax = fig.axes[0]
+    assert plots.marked(ax) == {"over-SLO": 1}
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["low\n100 qps", "overload\n600 qps"]
+    bars = {to_hex(p.get_facecolor()) for p in ax.patches if p.get_height() > 0}
+    assert bars == set(palette.STRATEGY_COLOURS.values())  # one colour per strategy, from the palette
+    assert len(set(palette.STRATEGY_COLOURS.values())) == 8
+
+
+def test_study_window_and_maxbs_name_the_a100_and_mark_unstable_points(tmp_path, figs):
+    sw, mb = _exp("study_window"), _exp("study_maxbs")
+    rows = [{"model": "bert_base", "stack": "triton-tensorrt", "window_ms": w, "rate_fraction": f, "mark": "",
+             "offered_qps": 100.0 * f, "throughput_qps": 100.0 * min(f, 1.0), "p99_latency_ms": 5.0,
+             "stable": f <= 1.0} for w in (0.01, 2.0) for f in (0.25, 1.5)]
+    sw.plot(pd.DataFrame(rows), tmp_path / "w.png")
+    fig = figs[0]
+    assert A100 in _suptitle(fig) and "stack: triton-tensorrt" in _suptitle(fig) and "delaybatch" in _suptitle(fig)
+    assert plots.marked(fig.axes[0]) == {"unstable": 2}  # one point per window at 1.5 x
+    rows = [{"model": "bert_base", "stack": "gpu-only", "arrivals": "uniform", "load": ld, "max_bs": b,
+             "offered_qps": 100.0, "throughput_qps": 90.0, "mean_latency_ms": 3.0, "collected_bs": 1.0,
+             "stable": not (ld == "high" and b == 1), "paper_throughput_qps": 80.0, "paper_latency_ms": 4.0,
+             "paper_collected_bs": 1.0} for ld in ("low", "high") for b in (1, 64)]
+    mb.plot(pd.DataFrame(rows), tmp_path / "m.png")
+    fig = figs[1]
+    assert A100 in _suptitle(fig) and "stack: gpu-only" in _suptitle(fig) and "load: evenly spaced" in _suptitle(fig)
+    assert plots.marked(fig.axes[0]) == {"unstable": 1} and plots.marked(fig.axes[1]) == {"unstable": 1}
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1  # one legend, off the data
+
+
+def test_study_slicing_figures_name_what_was_run_and_mark_unstable_fixed_load_runs(tmp_path, figs):
+    sl = _exp("study_slicing")
+    rows = [{"model": "resnet152", "stack": "gpu-only", "stages": k, "launch_overhead_ms": ov, "strategy": s,
+             "capacity_qps": 100.0 * k, "capacity_at_bracket_top": (k, s) == (2, "I"), "load_qps": 90.0,
+             "mean_latency_ms": 3.0, "p99_latency_ms": 5.0, "stable_at_load": (k, s) != (2, "VIII")}
+            for k in (1, 2) for ov in (0.0, 0.29) for s in ("I", "II", "VIII")]
+    sl.plot_lines(pd.DataFrame(rows), "stages", "capacity_qps", tmp_path / "l.png", sl.FIG12_TITLE,
+                  style="launch_overhead_ms")
+    fig = figs[0]
+    title = _suptitle(fig)
+    for word in (A100, "stack: gpu-only", "dvabatch", "resnet152", "90 queries/s"):
+        assert word in title, (word, title)
+    top, bottom = fig.axes[:2]
+    assert plots.marked(bottom) == {"unstable": 2} and plots.marked(top) == {}
+    assert any("lower bound" in t.get_text() for t in top.texts)
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "0.29" in texts  # a number is never read as a column name
+    lines = {lb: to_hex(h.get_color()) for h, lb in zip(*top.get_legend_handles_labels()) if lb in ("I", "VIII")}
+    assert lines == {"I": palette.STRATEGY_COLOURS["I"], "VIII": palette.STRATEGY_COLOURS["VIII"]}
+    micro = [{"figure": f, "model": "resnet152", "stack": "triton-tensorrt", "ratio": r, "bs0": b, "bs1": b,
+              "baseline": "naive", "speedup": 1.1} for f in (15, 16) for r in (0.1, 0.5) for b in (1, 2)]
+    sl.plot_micro(pd.DataFrame(micro), tmp_path / "s.png", "stretch")
+    fig = figs[1]
+    assert A100 in _suptitle(fig) and "stack: triton-tensorrt" in _suptitle(fig)
+    assert fig.axes[0].get_title().startswith("ResNet (resnet152)")  # not cut at its " = " by readable()
+
+
+def test_tcomp_wait_sweep_names_device_stack_and_load_and_marks_over_slo_runs(tmp_path, figs):
+    tc = _exp("tcomp_wait_sweep")
+    rows = [{"model": "vgg19", "stack": "triton-tensorrt-21.10", "load": ld, "offered_qps": q, "run": "sweep",
+             "frac": f, "policies": "load", "mean_rel": 1.0 + f, "p99_latency_ms": 300.0 if f == 8.0 else 10.0,
+             "n_completed": 10, "n_queries": 10} for ld, q in (("low", 50.0), ("high", 180.0)) for f in (0.0, 8.0)]
+    qos = pd.DataFrame([{**rows[0], "run": "qos", "frac": float("nan"), "mean_rel": 1.1, "n_completed": 9}])
+    tc.plot(pd.DataFrame(rows), tmp_path / "t.png", qos)
+    fig = figs[0]
+    title = _suptitle(fig)
+    for word in (TITAN, "stack: triton-tensorrt-21.10", "dvabatch", "vgg19", "50 to 180 queries/s"):
+        assert word in title, (word, title)
+    assert plots.marked(fig.axes[0]) == {"over-SLO": 2, "unstable": 1}
+    assert fig.axes[0].get_legend() is None and len(fig.legends) == 1
+
+
+def test_stack_question_names_the_h100_and_the_stacks_and_marks_metastable_searches(tmp_path, figs):
+    sq = _exp("stack_question")
+    rows = [{"server": sv, "stack": st, "stages": k, "policy": p, "gpus": 2, "at_holds": True,
+             "metastable_probes": 3 if (sv, p) == ("gpu-only", "dvabatch") else 0}
+            for sv, st in (("gpu-only", "gpu-only"), ("fitted engine", "custom")) for k in sq.STAGES
+            for p in sq.POLICIES]
+    sq.plot(pd.DataFrame(rows), tmp_path / "q.png")
+    fig = figs[0]
+    title = _suptitle(fig)
+    for word in ("NVIDIA H100", "stacks: gpu-only, custom", "bert_base", "zerobatch", "5,000 queries/s"):
+        assert word in title, (word, title)
+    assert [plots.marked(ax) for ax in fig.axes[:2]] == [{"metastable": 1}, {"metastable": 1}]
