@@ -164,7 +164,9 @@ def report_replay(args, result, signum: int | None = None) -> int:
     from dvasim.api import write_outputs
     from dvasim.engines.replay.engine import write_executions
 
-    out = write_outputs(result, args.out, figure=not args.no_figure)
+    # a stopped replay writes its records at once and draws no figure (a second of matplotlib after the signal)
+    stopped = bool(result.summary.get("interrupted")) or signum is not None
+    out = write_outputs(result, args.out, figure=not (args.no_figure or stopped))
     write_executions(result, out)
     print(f"dvasim replay {args.config}: results in {out}/")
     print_summary(result.summary)

@@ -15,6 +15,8 @@ as both engines run it; a failed replay exits with status 1. ``--help`` works wi
 
 from __future__ import annotations
 
+import sys
+
 from dvasim.cli.common import (
     StrictParser,
     UsageError,
@@ -72,6 +74,9 @@ def cli_validate(argv: list[str]) -> int:
         return error_line(e)
     except ReplayError as e:
         return error_line(e, "validate", 1)
+    except KeyboardInterrupt as e:  # a replay stopped by Ctrl-C: it keeps its records, no other repeat runs
+        print(f"dvasim validate: interrupted by SIGINT{'; ' + str(e) if str(e) else ''}", file=sys.stderr)
+        return 130
     print(f"dvasim validate {args.config}: results in {args.out}/")
     print_sim_stack(args.out)
     print(format_fidelity(fid))

@@ -381,6 +381,8 @@ def validate(config, out_dir, repeats: int = 3, overrides: list[str] | None = No
         r.summary["foreign_cores"] = f
         d = write_outputs(r, out / f"replay_{k}", figure=False)
         write_executions(r, d)
+        if r.summary.get("interrupted"):  # Ctrl-C (or a stop request) ended this replay: no further repeat runs
+            raise KeyboardInterrupt(f"the records of replay {k} so far are in {d}/")
         reals.append(r)
         foreign.append(f)
         # how fast the stages ran, alone, against the table the simulation used (the VM's speed drift)
@@ -455,9 +457,9 @@ def _least_disturbed_replay(cfg: dict, tab, device: str, threads: int, warmup: i
         mon = CpuMonitor()
         r = replay(cfg, device=device, threads=threads, warmup=warmup, table=tab)
         f = mon.foreign_cores()
-        if best is None or (f is not None and best[1] is not None and f < best[1]):
+        if best is None or (f is not None and best[1] is not None and f < best[1]) or r.summary.get("interrupted"):
             best = (r, f)
-        if max_foreign is None or f is None or f <= max_foreign:
+        if max_foreign is None or f is None or f <= max_foreign or r.summary.get("interrupted"):
             break
     return best
 

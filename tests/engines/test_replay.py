@@ -329,6 +329,31 @@ def test_cli_validate_writes_fidelity(tmp_path):
     assert main(["validate", str(conf), "--out", str(out), "--repeats", "0"]) == 2
 
 
+def test_validate_stopped_by_ctrl_c_keeps_the_replays_records_and_runs_no_other(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during validate's replay: the replay stops (interrupted) and keeps its records; validate writes them,
+    runs no further repeat and exits 130 with one line (it used to start the next repeat, so a long validate
+    never stopped)."""
+    import dvasim.engines.replay.engine as engine
+
+    conf = vgg19_config_file(tmp_path / "c.toml", 60, 40, 5)
+    calls = []
+    real = engine.replay
+
+    def interrupted_replay(*args, **kwargs):
+        r = real(*args, **kwargs)
+        calls.append(1)
+        r.summary["interrupted"] = True  # as a SIGINT during the run leaves it
+        return r
+
+    monkeypatch.setattr(engine, "replay", interrupted_replay)
+    out = tmp_path / "val"
+    assert main(["validate", str(conf), "--out", str(out), "--repeats", "3", "--no-figure"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"dvasim validate: interrupted by SIGINT; the records of replay 0 so far are in {out}/replay_0/"]
+    assert calls == [1] and (out / "replay_0" / "executions.csv").is_file() and not (out / "replay_1").exists()
+    assert not (out / "fidelity.json").exists()
+
+
 def test_serving_stage_table_profiles_the_replays_stages(tmp_path):
     from dvasim.fitting.validate import serving_stage_table
     from dvasim.model.table import LatencyTable
