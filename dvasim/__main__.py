@@ -1,7 +1,5 @@
 """python -m dvasim: the command line."""
 
-import sys
+from dvasim.cli import entry
 
-from dvasim.cli import main
-
-sys.exit(main())
+entry()
