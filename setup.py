@@ -12,7 +12,6 @@ import can tell a build older than its sources and run the pure modules instead 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import runpy
@@ -45,12 +44,6 @@ follow_imports = silent
 EXTRA_CFLAGS = [] if sys.platform == "win32" else ["-Wno-tautological-compare"]
 
 
-def source_hashes(root: Path) -> dict[str, str]:
-    """The SHA-256 of each compiled module's source under ``root`` (the manifest's ``sources``)."""
-    return {name: hashlib.sha256((root / Path(*name.split("."))).with_suffix(".py").read_bytes()).hexdigest()
-            for name in CORE["COMPILED_MODULES"]}
-
-
 def mypyc_extensions(root: Path, work: Path, opt_level: str = "3") -> list:
     """mypyc's extension modules for the compiled modules under ``root`` (C sources generated in ``work``, which
     must be the working directory when they are built). Raises if mypyc is missing or the modules do not
@@ -73,7 +66,7 @@ def write_manifest(package_dir: Path, built: bool, why: str = "", source_root: P
     package_dir.mkdir(parents=True, exist_ok=True)
     (package_dir / CORE["MANIFEST"]).write_text(json.dumps(
         {"built": built, "why": why, "python": sys.version.split()[0],
-         "sources": source_hashes(source_root) if built else {}}, indent=1, sort_keys=True) + "\n")
+         "sources": CORE["source_hashes"](source_root) if built else {}}, indent=1, sort_keys=True) + "\n")
 
 
 def packages() -> list[str]:

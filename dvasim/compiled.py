@@ -73,6 +73,14 @@ def _source(name: str) -> Path:
     return (PACKAGE.parent / Path(*name.split("."))).with_suffix(".py")
 
 
+def source_hashes(root: Path | None = None) -> dict[str, str]:
+    """The SHA-256 of each compiled module's source under ``root`` (the folder holding ``dvasim``; default this
+    package's): what the build records in :data:`MANIFEST` (``setup.py``) and an import compares."""
+    base = PACKAGE.parent if root is None else Path(root)
+    return {name: hashlib.sha256((base / Path(*name.split("."))).with_suffix(".py").read_bytes()).hexdigest()
+            for name in COMPILED_MODULES}
+
+
 def _built(name: str) -> bool:
     folder, stem = _source(name).parent, name.rsplit(".", 1)[-1]
     return any(p.name.startswith(stem + ".") and p.name.endswith(EXTENSION_SUFFIXES) for p in folder.iterdir())
@@ -91,9 +99,9 @@ def _decide() -> tuple[str, str]:
         return "pure", f"not compiled: {why}" if why else "no compiled build found"
     if len(built) < len(COMPILED_MODULES) or not isinstance(manifest, dict) or not manifest.get("built"):
         return "pure", "an incomplete compiled build was found; `make compiled` rebuilds it"
-    sources = manifest.get("sources") or {}
+    sources, now = manifest.get("sources") or {}, source_hashes()
     for name in COMPILED_MODULES:
-        if sources.get(name) != hashlib.sha256(_source(name).read_bytes()).hexdigest():
+        if sources.get(name) != now[name]:
             rel = _source(name).relative_to(PACKAGE.parent)
             return "pure", f"the compiled build is older than {rel}; `make compiled` rebuilds it"
     return "compiled", f"mypyc, {len(COMPILED_MODULES)} modules"

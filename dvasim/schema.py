@@ -48,8 +48,16 @@ slower or faster than the profiled one is another machine, to be profiled."""
 MAX_BYTES = 1e12
 """A query's input size is at most 1e12 bytes (1 TB, seven times an H200's 141 GB of memory: no query's input fits
 on any accelerator beyond it)."""
-_UNIT_RULES = {"_ms": (-MAX_MS, MAX_MS), "_gbps": (MIN_GBPS, None), "_qps": (MIN_QPS, MAX_QPS)}
+_UNIT_RULES = {"_ms": (-MAX_MS, MAX_MS, "ms"), "_gbps": (MIN_GBPS, None, "GB/s"),
+               "_qps": (MIN_QPS, MAX_QPS, "queries per second")}
 _RANGED = ("number", "numbers", "per_stage", "quantiles")
+
+
+def unit_range(name: str) -> tuple[float, float | None, str] | None:
+    """The physical range of a number named in a unit (``*_ms``, ``*_gbps``, ``*_qps``): ``(lowest, highest or
+    None, unit)``; ``None`` for a name in no unit. Every key of the schema is held to it (:class:`Key`), and so
+    are a policy's parameters (:mod:`dvasim.config.check`)."""
+    return next((r for suffix, r in _UNIT_RULES.items() if name.endswith(suffix)), None)
 
 
 def _is_number(v: Any) -> bool:
@@ -87,9 +95,9 @@ class Key:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"key {self.name}: unknown kind {self.kind!r}")
-        rule = next((r for suffix, r in _UNIT_RULES.items() if self.name.endswith(suffix)), None)
+        rule = unit_range(self.name)
         if rule is not None and self.kind in _RANGED:  # the unit's physical range (see MAX_MS and the others)
-            lo, hi = rule
+            lo, hi, _ = rule
             if self.minimum is None or (lo > 0 and self.minimum < lo):  # signed: -MAX_MS; "> 0": the least rate
                 object.__setattr__(self, "minimum", lo)
                 object.__setattr__(self, "strict", False)

@@ -23,14 +23,8 @@ def check_stack(name) -> None:
         stack_by_name(name, "--stack")
 
 
-def stack_line(name, reason) -> str:
-    """The line every command that simulates prints about its serving stack: ``stack: NAME (WHY)``, e.g. ``stack:
-    cudagraph (implied by device h100)`` (:func:`dvasim.server.resolve.stack_reason`)."""
-    return f"stack: {name} ({reason})" if reason else f"stack: {name}"
-
-
 def print_config_stack(config, overrides=None, stack=None, engine=None) -> None:
-    """:func:`stack_line` of a config before it runs (a study's runs): the stack it resolves to and why. A config
+    """:func:`dvasim.server.resolve.stack_line` of a config before it runs (a study's runs): the stack it resolves to and why. A config
     that does not resolve prints nothing here (the study's own checks then say what is wrong)."""
     from dvasim.errors import DvasimError
     from dvasim.studies.sweep import config_stack
@@ -39,6 +33,8 @@ def print_config_stack(config, overrides=None, stack=None, engine=None) -> None:
         name, reason = config_stack(config, overrides, stack=stack, engine=engine)
     except DvasimError:
         return
+    from dvasim.server.resolve import stack_line
+
     print(stack_line(name, reason), flush=True)
 
 

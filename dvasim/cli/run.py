@@ -19,14 +19,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from dvasim.cli.common import (
-    add_config_arguments,
-    add_stack_arguments,
-    check_stack,
-    print_summary,
-    stack_line,
-)
+from dvasim.cli.common import add_config_arguments, add_stack_arguments, check_stack, print_summary
 from dvasim.errors import ConfigError, check_out_dir
+from dvasim.server.resolve import stack_line
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

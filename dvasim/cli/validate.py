@@ -26,10 +26,10 @@ from dvasim.cli.common import (
     needs_torch,
     number,
     positive_int,
-    stack_line,
     thread_count,
 )
 from dvasim.errors import DvasimError, check_out_dir
+from dvasim.server.resolve import stack_line
 
 MAX_REPEATS = 100  # --repeats: real runs
 

@@ -12,7 +12,7 @@ from dvasim.config.overrides import apply_overrides
 from dvasim.config.sections import DEFAULTS, ENGINE, QOS, REPLAY, SCHEMA, SECTIONS
 from dvasim.config.triton import apply_triton_config
 from dvasim.errors import ConfigError
-from dvasim.schema import MAX_MS, MAX_QPS, MIN_GBPS, MIN_QPS, find_file
+from dvasim.schema import MAX_MS, find_file, unit_range
 from dvasim.server.router import router_name
 
 
@@ -50,21 +50,16 @@ def resolve(raw: dict[str, Any] | str | Path, overrides: list[str] | None = None
     return cfg
 
 
-# a policy's parameter named in a unit: that unit's physical range (dvasim.schema, MAX_MS and the others), as every key
-# of the schema has; its lower bounds and everything else are the policy's to check
-_UNITS = {"_ms": (-math.inf, MAX_MS, "ms"), "_qps": (MIN_QPS, MAX_QPS, "queries per second"),
-          "_gbps": (MIN_GBPS, math.inf, "GB/s")}
-
-
 def _check_policy_units(policy: dict[str, Any]) -> None:
+    """A policy's parameter named in a unit: that unit's physical range (:func:`dvasim.schema.unit_range`), as every
+    key of the schema has; tighter bounds and everything else are the policy's to check."""
     for key, v in policy.items():
-        unit = next((u for suffix, u in _UNITS.items() if key.endswith(suffix)), None)
+        unit = unit_range(key)
         if unit is None or isinstance(v, bool) or not isinstance(v, int | float):
             continue
         lo, hi, what = unit
-        if not (lo <= v <= hi):  # nan and inf too
-            rng = f"at most {hi:g}" if lo == -math.inf else (f"at least {lo:g}" if hi == math.inf else
-                                                            f"in [{lo:g}, {hi:g}]")
+        if not (lo <= v <= (math.inf if hi is None else hi)):  # nan and inf too
+            rng = f"at least {lo:g}" if hi is None else f"in [{lo:g}, {hi:g}]"
             raise ConfigError(f"policy.{key}", f"must be a finite number {rng} ({what}), got {v!r}")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dvasim.core.pipeline import MAX_INSTANCES
 from dvasim.model.catalog import MODEL
-from dvasim.schema import MAX_FACTOR, Key, Section
+from dvasim.schema import MAX_FACTOR, MAX_MS, Key, Section
 from dvasim.server.host import HOST
 from dvasim.server.resolve import SERVER
 from dvasim.server.router import CLUSTER
@@ -79,7 +79,7 @@ ENGINE = Section("engine", "the serving pipeline's engine: buffers, instances, d
     Key("launch_overhead_ms", "number", "host-side scheduling cost added to every stage launch (ms)", default=0.0,
         minimum=0),
     Key("admission_delay_ms", "any", "time from a query's arrival until the front door sees it (the receiving "
-        "thread's wake-up): a number in [0, 1e6], or a list of >= 2 non-decreasing quantiles of its distribution (ms)",
+        f"thread's wake-up): a number in [0, {MAX_MS:g}], or a list of >= 2 non-decreasing quantiles of its distribution (ms)",
         default=0.0),
     Key("service_cv", "number", "run-to-run jitter of execution times: coefficient of variation of a mean-1 "
         "log-normal factor (at most 10: a log-normal sigma of 2.15, far beyond any measured device)", default=0.0,

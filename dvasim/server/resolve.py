@@ -139,6 +139,12 @@ def stack_reason(source: str, model=None, stack_arg: bool = False) -> str:
     return "default: the table names no stack"
 
 
+def stack_line(name, reason) -> str:
+    """The line every command that simulates prints about its serving stack: ``stack: NAME (WHY)``, e.g. ``stack:
+    cudagraph (implied by device h100)`` (:func:`stack_reason`)."""
+    return f"stack: {name} ({reason})" if reason else f"stack: {name}"
+
+
 def implied_stack(model) -> tuple[str, str]:
     """The stack a resolved model's table implies, and why (see the module docstring)."""
     if getattr(model, "device", None) in DEVICE_STACKS:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dvasim.schema import Key, Section
+from dvasim.schema import MAX_MS, Key, Section
 
 MAX_REPLICAS = 1024  # every replica is a device, a pipeline and its executors the engine keeps
 
@@ -60,7 +60,7 @@ CLUSTER = Section("cluster", "replicas (one GPU each, its own pipeline) behind a
         + " (aliases: " + ", ".join(f"{a} = {n}" for a, n in ALIASES.items()) + ")",
         default="round_robin", choices=(*ROUTERS, *ALIASES)),
     Key("network_delay_ms", "any", "time from a query's arrival until the router sees it (network, front end): a "
-        "number in [0, 1e6], or a list of >= 2 non-decreasing quantiles of its distribution (ms), each query drawing its "
+        f"number in [0, {MAX_MS:g}], or a list of >= 2 non-decreasing quantiles of its distribution (ms), each query drawing its "
         "own", default=0.0),
 ))
 

@@ -56,7 +56,9 @@ def stack_lines(models, device: str, stack: str | None = None, engine_file=None,
         raw = study.make_config(m, {"name": "zerobatch"}, {"kind": "poisson", "rate_qps": 1.0, "n_queries": 1},
                                 device=device, stack=stack)
         seen.setdefault(config_stack(raw, stack=stack, engine=engine_file), []).append(m)
-    lines = [f"stack: {name} ({why})" + (f" for {', '.join(ms)}" if len(seen) > 1 else "")
+    from dvasim.server.resolve import stack_line
+
+    lines = [stack_line(name, why) + (f" for {', '.join(ms)}" if len(seen) > 1 else "")
              for (name, why), ms in seen.items()]
     if stack is None and device != default_device and all(why.startswith("implied by device") for _, why in seen):
         other, _ = config_stack(study.make_config(models[0], {"name": "zerobatch"},

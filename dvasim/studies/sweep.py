@@ -408,8 +408,10 @@ def stack_lines(points: list[Point], stack: str | None = None, follows_device: b
     """What ``dvasim sweep`` prints about its stacks (after its results): ``stack: NAME (REASON)`` when every
     point runs on one, else one line per stack with its points; and, where the sweep varies the device, whether
     the stack was held (:func:`hold_stack`) or follows it (``--stack-follows-device``)."""
+    from dvasim.server.resolve import stack_line
+
     if stack is not None:
-        return [f"stack: {stack} (set by --stack, at every point)"]
+        return [stack_line(stack, "set by --stack, at every point")]
     seen: dict[str, tuple[str, str]] = {}
     count: dict[tuple[str, str], int] = {}
     for p in points:
@@ -426,7 +428,7 @@ def stack_lines(points: list[Point], stack: str | None = None, follows_device: b
         count[(label_, reason)] = count.get((label_, reason), 0) + 1
     if len(count) == 1:
         (label_, reason), = count
-        lines = [f"stack: {label_} ({reason})"]
+        lines = [stack_line(label_, reason)]
     else:
         lines = ["stacks (they differ between points: column stack of results.csv):"]
         lines += [f"  {label_} ({reason}): {n} of {len(points)} points" for (label_, reason), n in count.items()]

@@ -41,6 +41,7 @@ import pandas as pd
 from dvasim.errors import ConfigError, WorkloadError
 from dvasim.model.table import read_provenance_csv, traces_dir
 from dvasim.schema import find_file
+from dvasim.workload.arrivals import MAX_START_MS
 
 __all__ = ["Trace", "TIME_COLUMNS", "UNITS", "load_trace", "trace_arrivals", "trace_path", "shipped_traces"]
 
@@ -53,9 +54,9 @@ _PARQUET = (".parquet", ".pq")
 _FORMATS = "CSV (.csv) or JSON (.json, .jsonl, .ndjson), optionally gzip-compressed (.gz), or Parquet (.parquet)"
 _BARE = "<values>"  # the one column of a JSON list of numbers / strings
 _cache: dict[tuple, Trace] = {}
-# a trace spans at most 1e12 ms (31.7 years; workload.start_ms's bound, the clock's resolution): beyond, a time in the
-# wrong unit (or one that overflows to inf when converted to ms), not a recorded service
-MAX_SPAN_MS = 1e12
+# a trace spans at most workload.start_ms's bound (1e12 ms, 31.7 years: the clock's resolution): beyond, a time in
+# the wrong unit (or one that overflows to inf when converted to ms), not a recorded service
+MAX_SPAN_MS = MAX_START_MS
 
 
 @dataclass(frozen=True)
