@@ -62,20 +62,14 @@ def _lazyb(d: Path) -> None:
 
 
 def _compare(d: Path) -> None:
+    """The figures ``dvasim compare`` draws (dvasim.studies.compare.compare_figures), from its CSVs."""
     from dvasim.reporting import plots
-    from dvasim.studies.compare import stack_title
+    from dvasim.studies.compare import compare_figures
 
     c = d / "compare"
-    results = pd.read_csv(c / "compare.csv")
-    on = stack_title(results)
-    plots.policy_bars(results, "p99_latency_ms", c / "fig16_p99_latency.png", f"p99 latency (paper Figure 16){on}",
-                      device=COMPARE_DEVICE, slo_ms=200.0)
-    plots.policy_bars(results, "mean_latency_ms", c / "fig14_mean_latency.png", f"mean latency (paper Figure 14){on}",
-                      device=COMPARE_DEVICE)
-    if (c / "attribution.png").exists():
-        att = pd.read_csv(c / "attribution.csv")
-        plots.attribution_bars(att, c / "attribution.png", "DVABatch's mean-latency reduction vs DelayBatch, by step "
-                               f"(points of DelayBatch's mean){on}", device=COMPARE_DEVICE, offered=results)
+    att = pd.read_csv(c / "attribution.csv") if (c / "attribution.csv").exists() else None
+    for name, args, kw in compare_figures(pd.read_csv(c / "compare.csv"), att, c, COMPARE_DEVICE):
+        getattr(plots, name)(*args, **kw)
 
 
 def _table5(d: Path) -> None:

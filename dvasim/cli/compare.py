@@ -25,11 +25,11 @@ from dvasim.outputs import atomic_path
 from dvasim.studies import compare as compare_study
 from dvasim.studies import evaluation as study
 from dvasim.studies.compare import (
+    compare_figures,
     print_attribution,
     print_built,
     print_report,
     print_variants,
-    stack_title,
     with_stacks,
 )
 
@@ -218,16 +218,7 @@ def report(results, calib, out: Path, args) -> None:
     # this process draws bars only: seaborn without its scipy (half a second to import); matplotlib and seaborn
     # imported before a figure process forks from this one
     plots.import_seaborn_without_scipy()
-    on = stack_title(results)
-    figures = [("policy_bars", (results, "p99_latency_ms", out / "fig16_p99_latency.png",
-                                f"p99 latency (paper Figure 16){on}"), {"device": args.device, "slo_ms": args.slo_ms}),
-               ("policy_bars", (results, "mean_latency_ms", out / "fig14_mean_latency.png",
-                                f"mean latency (paper Figure 14){on}"), {"device": args.device})]
-    if att["share_multientry_pp"].notna().any():
-        figures.append(("attribution_bars", (att, out / "attribution.png", "DVABatch's mean-latency reduction vs "
-                                             f"DelayBatch, by step (points of DelayBatch's mean){on}"),
-                        {"device": args.device, "offered": results}))
-    draw_figures(figures, args.workers)
+    draw_figures(compare_figures(results, att, out, args.device, args.slo_ms), args.workers)
     print_report(results, calib, red, sys.stdout, args.slo_ms)
     if built:
         print_built(red_built, calib, sys.stdout)

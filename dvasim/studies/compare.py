@@ -96,6 +96,26 @@ def stack_title(results: pd.DataFrame) -> str:
     return f" [stack: {', '.join(map(str, names))}]" if names else ""
 
 
+def compare_figures(results: pd.DataFrame, att: pd.DataFrame | None, out, device: str,
+                    slo_ms: float = study.QOS_MS) -> list[tuple[str, tuple, dict]]:
+    """``dvasim compare``'s figures, each ``(name of a dvasim.reporting.plots function, args, kwargs)`` writing one
+    file under ``out``: Figure 16 (p99, the SLO drawn), Figure 14 (mean) and, where the attribution has shares,
+    its bars (the device, the offered rates). The command draws them (two processes); a redraw from the
+    committed CSVs (``experiments/redraw_figures.py``) draws the same list."""
+    from pathlib import Path
+
+    out, on = Path(out), stack_title(results)
+    figures = [("policy_bars", (results, "p99_latency_ms", out / "fig16_p99_latency.png",
+                                f"p99 latency (paper Figure 16){on}"), {"device": device, "slo_ms": slo_ms}),
+               ("policy_bars", (results, "mean_latency_ms", out / "fig14_mean_latency.png",
+                                f"mean latency (paper Figure 14){on}"), {"device": device})]
+    if att is not None and att["share_multientry_pp"].notna().any():
+        figures.append(("attribution_bars", (att, out / "attribution.png", "DVABatch's mean-latency reduction vs "
+                                             f"DelayBatch, by step (points of DelayBatch's mean){on}"),
+                        {"device": device, "offered": results}))
+    return figures
+
+
 def print_report(results: pd.DataFrame, calib: pd.DataFrame, red: pd.DataFrame, file,
                  slo_ms: float = study.QOS_MS) -> None:
     pd.set_option("display.width", 160)
