@@ -56,8 +56,8 @@ def _run(name: str, tmp_path: Path, extra: list[str]) -> tuple[pd.DataFrame, str
     code = main(["sweep", str(path), "--out", str(out), "--workers", "1", "--no-figure", *extra])
     assert code == 0
     table = pd.read_csv(out / "results.csv")
-    for f in (out / "runs").glob("*.json"):  # every run's cache is strict JSON once read (no NaN in its metrics)
-        json.loads(f.read_text(encoding="utf-8"))
+    for f in (out / "runs").glob("*.json"):  # every run's cache is strict JSON (no NaN or Infinity in its metrics)
+        json.loads(f.read_text(encoding="utf-8"), parse_constant=lambda c: pytest.fail(f"{f.name} holds {c}"))
     return table, str(out)
 
 
