@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 OUT    ?= results/compare
 
-.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean compiled pure docs notebooks gpu-matrix gpu-matrix-cpu gpu-wheels
+.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean compiled pure docs notebooks experiments gpu-matrix gpu-matrix-cpu gpu-wheels
 
 # One build: `pip install -e .` compiles the core with mypyc in place where a C compiler exists (setup.py; the pure
 # modules where none does, same results) and both targets use it. The dev extras come as their requirements alone
@@ -82,6 +82,12 @@ docs: $(VENV)/.stamp-dev
 # files are not rewritten
 notebooks: $(VENV)/.stamp-dev
 	cd notebooks && $(abspath $(VENV))/bin/jupyter execute --timeout=-1 *.ipynb
+
+# every committed experiment rerun from this tree into results/rerun/ (the committed results are not touched),
+# each timed and its CSVs checked against the committed ones (experiments/rerun_all.py); EXPERIMENTS_ARGS=--long
+# adds the paper rerun's figures, the stack question and the long-run check (hours on 2 cores)
+experiments: $(VENV)/.stamp-run
+	$(PY) experiments/rerun_all.py $(EXPERIMENTS_ARGS)
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check .

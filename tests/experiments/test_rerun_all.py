@@ -1,0 +1,83 @@
+"""``experiments/rerun_all.py``: the command that reruns the committed experiments from the tree, times each and
+checks its CSVs against the committed ones. Its comparison must tell a reproduced result from a changed one (byte
+for byte, numbers within 1e-9, a wall-time column aside) and name the column that changed; its jobs must cover every
+committed script log; and one real job (the H100 fit check, about a second) must rerun end to end and reproduce
+its committed CSV exactly."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "experiments" / "rerun_all.py"
+
+
+@pytest.fixture(scope="module")
+def rerun():
+    spec = importlib.util.spec_from_file_location("_exp_rerun_all", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _write(path: Path, df: pd.DataFrame) -> Path:
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_the_comparison_tells_same_close_and_different(rerun, tmp_path):
+    base = pd.DataFrame({"model": ["a", "b"], "p99_ms": [1.25, 3.5], "wall_s": [10.0, 12.0]})
+    old = _write(tmp_path / "old.csv", base)
+    assert rerun.compare_csv(_write(tmp_path / "same.csv", base), old) == ("same", 0.0, "")
+    close = base.assign(p99_ms=base.p99_ms * (1 + 1e-12), wall_s=[99.0, 1.0])  # another machine's wall time
+    verdict, worst, _ = rerun.compare_csv(_write(tmp_path / "close.csv", close), old)
+    assert verdict == "same numbers" and worst < 1e-9
+    moved = base.assign(p99_ms=[1.25, 3.5 * 1.01])
+    verdict, worst, col = rerun.compare_csv(_write(tmp_path / "moved.csv", moved), old)
+    assert verdict == "DIFFERS" and col == "p99_ms" and worst == pytest.approx(0.01)
+    renamed = base.assign(model=["a", "c"])
+    assert rerun.compare_csv(_write(tmp_path / "renamed.csv", renamed), old)[2] == "model"
+    verdict, _, _ = rerun.compare_csv(_write(tmp_path / "short.csv", base.head(1)), old)
+    assert verdict.startswith("DIFFERS (shape")
+    both_nan = base.assign(p99_ms=[float("nan"), 3.5])
+    a = _write(tmp_path / "nan_a.csv", both_nan)
+    assert rerun.compare_csv(_write(tmp_path / "nan_b.csv", both_nan.assign(wall_s=[1.0, 2.0])), a)[0] == \
+        "same numbers"
+
+
+def test_the_jobs_cover_every_committed_script_log(rerun):
+    jobs = rerun.jobs()
+    scripts = {a for j in jobs for a in j.argv if a.endswith(".py")}
+    assert all((ROOT / s).exists() for s in scripts), scripts
+    names = {j.name.split(" [")[0].replace(" --figures", "_figures") for j in jobs}
+    logs = [p for p in (ROOT / "experiments" / "results").rglob("*.log")
+            if "long_run_check_plan" not in p.parts]
+    assert logs
+    for log in logs:
+        stem = log.stem
+        assert any(stem == n or stem.startswith(n + "_") for n in names), f"no job reruns {log.name}"
+    # every job writes under the results root it is given, never into the committed results
+    for j in jobs:
+        outs = [j.argv[i + 1] for i, a in enumerate(j.argv) if a == "--out"]
+        assert outs and all(o.startswith("{R}") for o in outs), j
+
+
+def test_one_job_reruns_and_reproduces_its_committed_csv(rerun, tmp_path, capsys):
+    assert rerun.main(["--only", "h100_fit", "--scratch", str(tmp_path)]) == 0
+    runs = pd.read_csv(tmp_path / "rerun.csv")
+    assert list(runs.job) == ["h100_fit"] and runs.rc.tolist() == [0] and runs.wall_s.iloc[0] > 0
+    compared = pd.read_csv(tmp_path / "compared.csv")
+    assert (compared.verdict == "same").all() and "experiments/h100_fit/results.csv" in set(compared.file)
+    assert "0 CSVs differ" in capsys.readouterr().out
+
+
+def test_bad_jobs_flag_is_one_line(rerun, capsys):
+    assert rerun.main(["--jobs", "0", "--list"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--jobs" in err
