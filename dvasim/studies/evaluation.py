@@ -341,10 +341,11 @@ class _Jobs:
 
     def __init__(self, workers: int, n_jobs: int):
         workers = min(workers, n_jobs)  # never more processes than jobs
-        from dvasim.studies.parallel import _leave_sigint
+        from dvasim.studies.parallel import worker_leaves_signals
 
         # the workers leave Ctrl-C to this process, which ends them at once (run); SIGTERM ends a worker
-        self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_leave_sigint) if workers > 1 else None
+        self.pool = (ProcessPoolExecutor(max_workers=workers, initializer=worker_leaves_signals)
+                     if workers > 1 else None)
         self.waiting: dict[Future, Callable[[Any], None]] = {}
 
     def submit(self, fn: Callable[[Any], Any], arg: Any, then: Callable[[Any], None]) -> None:
@@ -361,9 +362,9 @@ class _Jobs:
                 for fut in sorted(done, key=list(self.waiting).index):  # (in the order they were submitted)
                     self.waiting.pop(fut)(fut.result())
         except BaseException:  # a failed job, Ctrl-C or SIGTERM: cancel what has not started, end what runs now
-            from dvasim.studies.parallel import _stop
+            from dvasim.studies.parallel import stop_pool
 
-            _stop(self.pool)
+            stop_pool(self.pool)
             raise
         finally:
             if self.pool is not None:

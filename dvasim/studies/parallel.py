@@ -18,7 +18,8 @@ from typing import Any
 
 from dvasim.errors import UsageError
 
-__all__ = ["map_jobs", "default_workers", "connect", "DASK_CONNECT_TIMEOUT_S"]
+__all__ = ["map_jobs", "default_workers", "connect", "worker_leaves_signals", "stop_pool",
+           "DASK_CONNECT_TIMEOUT_S"]
 
 DASK_CONNECT_TIMEOUT_S = 5.0  # a scheduler that does not answer by then is reported, not waited for
 
@@ -58,7 +59,7 @@ def map_jobs(fn: Callable[[Any, Any], Any], jobs: Sequence[Any], *, workers: int
     try:
         # the workers leave Ctrl-C to this process, which stops them (a worker that took it would go on to its next
         # job, and the pool's exit would wait for every job)
-        pool = ProcessPoolExecutor(max_workers=n, initializer=_leave_sigint)
+        pool = ProcessPoolExecutor(max_workers=n, initializer=worker_leaves_signals)
         futures = [pool.submit(fn, job, None) for job in jobs]
         out = []
         for fut in futures:  # in the jobs' order: the printed records too
@@ -69,14 +70,14 @@ def map_jobs(fn: Callable[[Any, Any], Any], jobs: Sequence[Any], *, workers: int
         return out
     except (KeyboardInterrupt, BrokenProcessPool) as e:
         # Ctrl-C reaches the workers too (one process group): stop them now, not when their jobs end
-        _stop(pool)
+        stop_pool(pool)
         raise KeyboardInterrupt("interrupted") from (None if isinstance(e, KeyboardInterrupt) else e)
     except BaseException:
-        _stop(pool)
+        stop_pool(pool)
         raise
 
 
-def _leave_sigint() -> None:
+def worker_leaves_signals() -> None:
     """A worker's start: Ctrl-C is its parent's to handle, and SIGTERM (the parent's ``terminate()``) ends it at once
     (a handler inherited from ``dvasim``, which raises, let a worker go on to its next job: 15 s more to exit)."""
     import signal
@@ -85,7 +86,7 @@ def _leave_sigint() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _stop(pool) -> None:
+def stop_pool(pool) -> None:
     """Cancel what has not started and end the workers at once (a study cut short keeps nothing of them)."""
     if pool is None:
         return

@@ -794,17 +794,17 @@ def _execute(todo: list[Point], done: Callable[[Point, dict], None], workers: in
         return
     from concurrent.futures import as_completed as cf_completed
 
-    from dvasim.studies.parallel import _leave_sigint, _stop
+    from dvasim.studies.parallel import stop_pool, worker_leaves_signals
 
     # the workers leave Ctrl-C to this process, which ends them at once on it, on SIGTERM or on a failed run (a
     # worker that took Ctrl-C itself would go on to its next run, and the exit would wait for every run under way)
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), initializer=_leave_sigint)
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), initializer=worker_leaves_signals)
     try:
         futures = {pool.submit(run_point, p.config, capacity, stack, perf): p for p in todo}
         for fut in cf_completed(futures):
             done(futures[fut], fut.result())
     except BaseException:
-        _stop(pool)  # start nothing more, and end the runs under way
+        stop_pool(pool)  # start nothing more, and end the runs under way
         raise
     pool.shutdown()
 
