@@ -22,6 +22,7 @@ import argparse
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -47,6 +48,7 @@ class Job:
     argv: tuple[str, ...]
     out: str          # the job's output folder, relative to the results root
     long: bool = False
+    copy: tuple[str, str] | None = None  # (a committed folder, its copy under the results root) made first
 
 
 def _script(name: str, *args: str) -> tuple[str, ...]:
@@ -95,6 +97,12 @@ def jobs() -> list[Job]:
                                               "--traces", "{R}/gpu_matrix_cpu/traces", "--summary",
                                               "{R}/gpu_matrix_cpu/summary", "--out", "{R}/gpu_matrix_cpu/out"),
                    "gpu_matrix_cpu"))
+    # the H200 GPU matrix's fit and predictions, from its committed traces (a copy: the analysis rewrites the
+    # traces' README and archive) into a summary compared with experiments/validation/gpu/
+    out.append(Job("gpu_matrix --analyse", (PY, "experiments/validation/gpu_matrix.py", "--analyse", "--traces",
+                                           "{R}/h200_traces", "--summary", "{R}/validation_gpu", "--out",
+                                           "{R}/validation_gpu_out"), "validation_gpu",
+                   copy=("traces/gpu_matrix/h200_2026-11-28", "h200_traces")))
     out.append(Job("paper_rerun --figures", _script("paper_rerun", "--figures", "--out", "{R}"), "paper_rerun",
                    long=True))
     out.append(Job("stack_question", _script("stack_question", "--out", "{R}"), "", long=True))
@@ -109,7 +117,9 @@ def committed_twin(root: Path, path: Path) -> Path | None:
     rel = path.relative_to(root)
     if rel.parts[0] == "gpu_matrix_cpu":
         return None  # the CPU version's numbers mean nothing
-    if rel.parts[0] in ("traces", "traces_fit"):
+    if rel.parts[0] == "validation_gpu":
+        twin = ROOT / "experiments" / "validation" / "gpu" / Path(*rel.parts[1:])
+    elif rel.parts[0] in ("traces", "traces_fit"):
         twin = ROOT / "traces" / Path(*rel.parts[1:])
     else:
         twin = ROOT / (Path("experiments") if rel.parts[0] == "h100_fit" else COMMITTED) / rel
@@ -145,6 +155,10 @@ def compare_csv(new: Path, old: Path) -> tuple[str, float, str]:
 
 def run_job(job: Job, root: Path, logs: Path) -> dict:
     argv = [a.replace("{R}", str(root)) for a in job.argv]
+    if job.copy is not None:
+        src, dst = ROOT / job.copy[0], root / job.copy[1]
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, dst)
     log = logs / (job.name.replace(" ", "_").replace("[", "").replace("]", "").replace("-", "_") + ".log")
     t0 = time.perf_counter()
     with open(log, "w") as fh:
