@@ -153,6 +153,25 @@ def compare_csv(new: Path, old: Path) -> tuple[str, float, str]:
     return ("same numbers" if worst <= RTOL else "DIFFERS"), worst, where
 
 
+def markdown(rows: pd.DataFrame, compared: pd.DataFrame) -> str:
+    """One table row per job: its wall time and how its CSVs compare with the committed ones."""
+    out = ["| job | wall time | CSVs compared | same | same numbers | differ (largest relative difference, column) |",
+           "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows.itertuples():
+        c = compared[compared.job == r.job] if len(compared) else compared
+        v = c.verdict if len(c) else pd.Series(dtype=str)
+        diff = c[v.str.startswith("DIFFERS")] if len(c) else c
+        worst = ""
+        if len(diff):
+            top = diff.sort_values("max_rel_diff").iloc[-1]
+            size = "" if not math.isfinite(top.max_rel_diff) or top.max_rel_diff > 1e6 else f"{top.max_rel_diff:.2g}, "
+            worst = f"{len(diff)} ({size}`{top.column or top.verdict}` in `{Path(top.file).name}`)"
+        wall = f"{r.wall_s:,.0f} s" + ("" if r.rc == 0 else f" (exit {r.rc})")
+        out.append(f"| `{r.job}` | {wall} | {len(c)} | {(v == 'same').sum()} | {(v == 'same numbers').sum()} | "
+                   f"{worst or '0'} |")
+    return "\n".join(out) + "\n"
+
+
 def run_job(job: Job, root: Path, logs: Path) -> dict:
     argv = [a.replace("{R}", str(root)) for a in job.argv]
     if job.copy is not None:
@@ -231,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = list(pool.map(timed, todo))
     pd.DataFrame(rows).assign(tree=commit, jobs_at_a_time=a.jobs).to_csv(root / "rerun.csv", index=False)
     pd.DataFrame(compared).to_csv(root / "compared.csv", index=False)
+    (root / "rerun.md").write_text(markdown(pd.DataFrame(rows), pd.DataFrame(compared)), encoding="utf-8")
     bad = [r for r in rows if r["rc"] != 0]
     print(f"rerun_all: {time.perf_counter() - t0:.0f} s in all; {len(bad)} failed; "
           f"{sum(r['differ'] for r in rows)} CSVs differ (see {root / 'compared.csv'})", flush=True)

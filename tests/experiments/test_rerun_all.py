@@ -75,6 +75,8 @@ def test_one_job_reruns_and_reproduces_its_committed_csv(rerun, tmp_path, capsys
     compared = pd.read_csv(tmp_path / "compared.csv")
     assert (compared.verdict == "same").all() and "experiments/h100_fit/results.csv" in set(compared.file)
     assert "0 CSVs differ" in capsys.readouterr().out
+    table = (tmp_path / "rerun.md").read_text().splitlines()
+    assert table[2].startswith("| `h100_fit` | ") and table[2].endswith(f"| {len(compared)} | 0 | 0 |")
 
 
 def test_bad_jobs_flag_is_one_line(rerun, capsys):
