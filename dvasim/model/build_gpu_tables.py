@@ -504,6 +504,7 @@ def main(argv: list[str] | None = None) -> None:
               + " ".join(f"{k}={getattr(p, k):.4g}" for k in H100_FIT_KEYS)
               + f" (shipped: loss={h100_loss(gm.PARAMS['h100']):.5f})")
     hv = validate_h100()
+    (root / "gpu" / "h100" / "measured").mkdir(parents=True, exist_ok=True)  # --out: a fresh directory too
     hv.to_csv(root / "gpu" / "h100" / "measured" / "validation.csv", index=False)
     print(h100_summary(hv).to_string(index=False))
     H100_VALIDATION = h100_validation_line(hv)
