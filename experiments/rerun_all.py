@@ -130,8 +130,11 @@ def compare_csv(new: Path, old: Path) -> tuple[str, float, str]:
     """``(verdict, largest relative difference, its column)`` of a rerun CSV against the committed one."""
     if new.read_bytes() == old.read_bytes():
         return "same", 0.0, ""
+    # a table's '# key: value' provenance lines: its build date aside, they must match too
+    heads = [[ln for ln in p.read_text(errors="replace").splitlines() if ln.startswith("#")
+              and not ln.startswith("# date:")] for p in (new, old)]
     try:
-        a, b = pd.read_csv(new), pd.read_csv(old)
+        a, b = pd.read_csv(new, comment="#" if heads[0] else None), pd.read_csv(old, comment="#" if heads[1] else None)
     except (pd.errors.ParserError, UnicodeDecodeError, EOFError) as err:
         return f"DIFFERS (unreadable: {err})", math.inf, ""
     keep = [c for c in a.columns if not any(t in c.lower() for t in TIME_COLUMNS)]
@@ -150,6 +153,12 @@ def compare_csv(new: Path, old: Path) -> tuple[str, float, str]:
             d = 0.0 if (x.astype(str) == y.astype(str)).all() else math.inf
         if d > worst:
             worst, where = d, col
+    if worst <= RTOL and heads[0] != heads[1]:
+        return "DIFFERS (header)", 0.0, "# header"
+    if worst <= RTOL and heads[0] and new.read_text().replace("\r", "") != old.read_text().replace("\r", ""):
+        body = [[ln for ln in p.read_text().splitlines() if not ln.startswith("# date:")] for p in (new, old)]
+        if body[0] == body[1]:
+            return "same", 0.0, ""  # only the build date differs
     return ("same numbers" if worst <= RTOL else "DIFFERS"), worst, where
 
 

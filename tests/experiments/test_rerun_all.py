@@ -51,6 +51,21 @@ def test_the_comparison_tells_same_close_and_different(rerun, tmp_path):
         "same numbers"
 
 
+def test_a_tables_provenance_lines_count_but_its_build_date_does_not(rerun, tmp_path):
+    body = "batch_size,stage_0\n1,0.5\n2,0.75\n"
+    old = tmp_path / "old.csv"
+    old.write_text("# source: dvasim.model.gpu_model v1.2\n# date: 2026-11-22\n" + body)
+    rebuilt = tmp_path / "rebuilt.csv"
+    rebuilt.write_text("# source: dvasim.model.gpu_model v1.2\n# date: 2026-11-29\n" + body)
+    assert rerun.compare_csv(rebuilt, old) == ("same", 0.0, "")
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text("# source: dvasim.calibration.gpu_model v1.2\n# date: 2026-11-22\n" + body)
+    assert rerun.compare_csv(renamed, old) == ("DIFFERS (header)", 0.0, "# header")
+    moved = tmp_path / "moved.csv"
+    moved.write_text("# source: dvasim.model.gpu_model v1.2\n# date: 2026-11-22\n" + body.replace("0.75", "0.8"))
+    assert rerun.compare_csv(moved, old)[::2] == ("DIFFERS", "stage_0")
+
+
 def test_the_jobs_cover_every_committed_script_log(rerun):
     jobs = rerun.jobs()
     scripts = {a for j in jobs for a in j.argv if a.endswith(".py")}
