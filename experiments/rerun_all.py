@@ -174,7 +174,8 @@ def markdown(rows: pd.DataFrame, compared: pd.DataFrame) -> str:
         if len(diff):
             top = diff.sort_values("max_rel_diff").iloc[-1]
             size = "" if not math.isfinite(top.max_rel_diff) or top.max_rel_diff > 1e6 else f"{top.max_rel_diff:.2g}, "
-            worst = f"{len(diff)} ({size}`{top.column or top.verdict}` in `{Path(top.file).name}`)"
+            what = top.column if isinstance(top.column, str) and top.column else top.verdict.removeprefix("DIFFERS ")
+            worst = f"{len(diff)} ({size}`{what}` in `{Path(top.file).name}`)"
         wall = f"{r.wall_s:,.0f} s" + ("" if r.rc == 0 else f" (exit {r.rc})")
         out.append(f"| `{r.job}` | {wall} | {len(c)} | {(v == 'same').sum()} | {(v == 'same numbers').sum()} | "
                    f"{worst or '0'} |")
