@@ -4,25 +4,18 @@ figure that the simulator could get wrong."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from tests.experiments import load_experiment
+
 EXP = Path(__file__).resolve().parent.parent / "experiments"
 
 
-def load(name: str):
-    if str(EXP) not in sys.path:
-        sys.path.insert(0, str(EXP))
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+load = load_experiment
 
 
 @pytest.fixture(scope="module")

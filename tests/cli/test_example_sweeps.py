@@ -57,7 +57,7 @@ def _run(name: str, tmp_path: Path, extra: list[str]) -> tuple[pd.DataFrame, str
     assert code == 0
     table = pd.read_csv(out / "results.csv")
     for f in (out / "runs").glob("*.json"):  # every run's cache is strict JSON (no NaN or Infinity in its metrics)
-        json.loads(f.read_text(encoding="utf-8"), parse_constant=lambda c: pytest.fail(f"{f.name} holds {c}"))
+        json.loads(f.read_text(encoding="utf-8"), parse_constant=lambda c, name=f.name: pytest.fail(f"{name} holds {c}"))
     return table, str(out)
 
 

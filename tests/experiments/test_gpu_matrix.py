@@ -8,10 +8,8 @@ summary (``--analyse``); a spent budget skips steps and still writes the summary
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 
@@ -19,17 +17,15 @@ import pandas as pd
 import pytest
 import tomllib
 
+from tests.experiments import load_experiment
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "validation" / "gpu_matrix.py"
 MODELS, POLICIES, LOADS = ("vgg19", "bert_base"), ("zerobatch", "delaybatch", "dvabatch"), ("0.3", "0.85")
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("_exp_gpu_matrix", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("validation/gpu_matrix")
 
 
 @pytest.fixture(autouse=True)

@@ -6,12 +6,12 @@ its committed CSV exactly."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.experiments import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "rerun_all.py"
@@ -19,11 +19,7 @@ SCRIPT = ROOT / "experiments" / "rerun_all.py"
 
 @pytest.fixture(scope="module")
 def rerun():
-    spec = importlib.util.spec_from_file_location("_exp_rerun_all", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("rerun_all")
 
 
 def _write(path: Path, df: pd.DataFrame) -> Path:

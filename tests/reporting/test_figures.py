@@ -6,7 +6,6 @@ written whole, and a notebook's backend left alone. Properties of the figures, n
 from __future__ import annotations
 
 import errno
-import importlib.util
 import re
 import sys
 import types
@@ -34,6 +33,7 @@ from dvasim.reporting.plots import (  # noqa: E402
     run_title,
     slo_line,
 )
+from tests.experiments import load_experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXP = ROOT / "experiments"
@@ -260,32 +260,22 @@ def test_policy_colours_are_the_palettes_and_stable():
     assert a["dvabatch"] == b["dvabatch"] == PALETTE["dvabatch"] and a["zerobatch"] == PALETTE["zerobatch"]
 
 
-def _load_experiment(name: str):
-    if str(EXP) not in sys.path:
-        sys.path.insert(0, str(EXP))
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}", EXP / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_experiments_take_every_colour_from_the_one_palette():
-    common = _load_experiment("common")
+    common = load_experiment("common")
     assert common.PALETTE is PALETTE and common.policy_colours is policy_colours
     for path in sorted(EXP.glob("*.py")):
         assert not re.findall(r"#[0-9a-fA-F]{6}\b", path.read_text()), f"{path.name}: a colour of its own"
-    e2bird = _load_experiment("e2bird_figs13_14")
+    e2bird = load_experiment("e2bird_figs13_14")
     assert {k: v for k, v in e2bird.system_colours().items()} == {
         "NO_Wait": PALETTE["tfserving-nowait"], "OPT_Wait": PALETTE["tfserving-optwait"],
         "Static": PALETTE["tfserving-static"], "N-Ebird": PALETTE["n-ebird"], "E-Ebird": PALETTE["e-ebird"]}
-    lazyb = _load_experiment("lazyb_figs12_15")
+    lazyb = load_experiment("lazyb_figs12_15")
     assert lazyb._style("LazyB")["color"] == PALETTE["lazybatch"] and lazyb._style("Serial")["color"] == PALETTE[
         "serial"] and lazyb._style("GraphB(50)")["color"] == PALETTE["graphbatch"]
 
 
 def test_an_experiments_bars_have_their_policies_colours(tmp_path, drawn):
-    e2bird = _load_experiment("e2bird_figs13_14")
+    e2bird = load_experiment("e2bird_figs13_14")
     caps = pd.read_csv(EXP / "results" / "e2bird_fig14_capacity.csv")
     e2bird.plot14(caps, tmp_path / "c.png", "tfserving")
     (fig,) = drawn
