@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     start_of: dict[str, float] = {}
 
     def timed(job: Job) -> dict:
-        start_of[job.name] = time.time() - 1
+        start_of[job.name] = time.time()
         return one(job)
 
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
