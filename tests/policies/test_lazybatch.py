@@ -353,7 +353,7 @@ def test_replay_runs_lazybatch(predictor):
 
 # ----------------------------------------------------------------------------- the experiment's quick mode
 def test_experiment_quick(tmp_path):
-    from tests.test_experiments_smoke import load
+    from tests.experiments import load_experiment as load
 
     load("lazyb_figs12_15").main(["--quick", "--workers", "1", "--out", str(tmp_path)])
     for fig in ("fig12", "fig13", "fig14", "fig15"):

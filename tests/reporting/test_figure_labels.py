@@ -51,9 +51,9 @@ def _all_titles(fig) -> str:
 
 
 def _exp(name: str):
-    from tests.reporting.test_figures import _load_experiment
+    from tests.experiments import load_experiment
 
-    return _load_experiment(name)
+    return load_experiment(name)
 
 
 def _sweep_table():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.test_experiments_smoke import load
+from tests.experiments import load_experiment as load
 
 
 def test_e2bird_figs13_14_quick(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tests.test_experiments_smoke import load
+from tests.experiments import load_experiment as load
 
 
 def test_one_gpu_per_stack_and_the_fitted_engine():

@@ -14,7 +14,7 @@ from dvasim.api import load_profile
 from dvasim.model.catalog import load_op_table
 from dvasim.model.table import LatencyTable
 from dvasim.studies import characterization as ch
-from tests.test_experiments_smoke import load
+from tests.experiments import load_experiment as load
 
 
 # ----------------------------------------------------------------------------- ratio grids and sliced tables
