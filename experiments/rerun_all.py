@@ -2,7 +2,8 @@
 
 Every job below is the command the experiments' README gives for a committed result, with ``experiments/results``
 replaced by a scratch folder (``--scratch``, default ``results/rerun``), so the committed results are never
-overwritten. For each job it records the wall time and exit status, then compares every CSV the job wrote with the
+overwritten; each job writes into its own folder under it (``jobs/<job>/``), so what a job wrote is exactly what
+is compared, whatever runs beside it. For each job it records the wall time and exit status, then compares every CSV the job wrote with the
 committed file of the same name: ``same`` (byte for byte), ``same numbers`` (every number within 1e-9 relative and
 every other cell equal, wall-time columns aside), or ``DIFFERS`` with the largest relative difference and the
 column. It writes ``rerun.csv`` (one row per job) and ``compared.csv`` (one row per CSV) into the scratch folder,
@@ -46,7 +47,6 @@ TIME_COLUMNS = ("wall", "elapsed", "seconds", "time_s", "runtime", "cpu_s")
 class Job:
     name: str
     argv: tuple[str, ...]
-    out: str          # the job's output folder, relative to the results root
     long: bool = False
     copy: tuple[str, str] | None = None  # (a committed folder, its copy under the results root) made first
 
@@ -67,53 +67,52 @@ def jobs() -> list[Job]:
         tag = "" if stack == "triton-tensorrt" else f" [{stack}]"
         rdir = f"{{R}}/{sub}".rstrip("/")
         calib = ("--calib-from", str(COMMITTED / sub / "fig15_peaks.csv"))
-        out.append(Job("fig15_stepping" + tag, _script("fig15_stepping", "--out", rdir, *st), sub))
+        out.append(Job("fig15_stepping" + tag, _script("fig15_stepping", "--out", rdir, *st)))
         for fig in ("fig17_glue", "fig18_split", "fig19_buffer_pairs", "fig20_stages"):
-            out.append(Job(fig + tag, _script(fig, "--out", rdir, *calib, *st), sub))
-        out.append(Job("fig21_closed_loop" + tag, _script("fig21_closed_loop", "--out", rdir, *st), sub))
-        out.append(Job("table5_strategies" + tag, _script("table5_strategies", "--out", rdir, *implied), sub))
+            out.append(Job(fig + tag, _script(fig, "--out", rdir, *calib, *st)))
+        out.append(Job("fig21_closed_loop" + tag, _script("fig21_closed_loop", "--out", rdir, *st)))
+        out.append(Job("table5_strategies" + tag, _script("table5_strategies", "--out", rdir, *implied)))
         for s in ("study_maxbs", "study_window", "study_slicing"):
-            out.append(Job(s + tag, _script(s, "--out", rdir, *st), sub))
-        out.append(Job("lazyb_figs12_15" + tag, _script("lazyb_figs12_15", "--workers", "1", "--out", rdir, *st), sub))
+            out.append(Job(s + tag, _script(s, "--out", rdir, *st)))
+        out.append(Job("lazyb_figs12_15" + tag, _script("lazyb_figs12_15", "--workers", "1", "--out", rdir, *st)))
         out.append(Job("dvasim compare" + tag, (*DVASIM, "compare", "--workers", "1", "--out", f"{rdir}/compare", *implied),
                        f"{sub}/compare".lstrip("/")))
-    out.append(Job("e2bird_figs13_14", _script("e2bird_figs13_14", "--out", "{R}"), ""))
+    out.append(Job("e2bird_figs13_14", _script("e2bird_figs13_14", "--out", "{R}")))
     out.append(Job("e2bird_figs13_14 [gpu-only]",
-                   _script("e2bird_figs13_14", "--stack", "gpu-only", "--out", "{R}/gpu-only"), "gpu-only"))
+                   _script("e2bird_figs13_14", "--stack", "gpu-only", "--out", "{R}/gpu-only")))
     out.append(Job("dvasim compare [tfserving]",
                    (*DVASIM, "compare", "--stack", "tfserving", "--models", "resnet152,linknet", "--policies",
-                    "zerobatch,delaybatch", "--workers", "1", "--out", "{R}/tfserving/compare"), "tfserving/compare"))
-    out.append(Job("paper_rerun", _script("paper_rerun", "--out", "{R}"), "paper_rerun"))
-    out.append(Job("policy3_thresholds", _script("policy3_thresholds", "--out", "{R}"), ""))
-    out.append(Job("bert_h100_collapse", _script("bert_h100_collapse", "--out", "{R}"), ""))
-    out.append(Job("tcomp_wait_sweep", _script("tcomp_wait_sweep", "--out", "{R}", "--stack", "triton-tensorrt"), ""))
-    out.append(Job("h100_fit", (PY, "experiments/h100_fit/check.py", "--out", "{R}/h100_fit"), "h100_fit"))
+                    "zerobatch,delaybatch", "--workers", "1", "--out", "{R}/tfserving/compare")))
+    out.append(Job("paper_rerun", _script("paper_rerun", "--out", "{R}")))
+    out.append(Job("policy3_thresholds", _script("policy3_thresholds", "--out", "{R}")))
+    out.append(Job("bert_h100_collapse", _script("bert_h100_collapse", "--out", "{R}")))
+    out.append(Job("tcomp_wait_sweep", _script("tcomp_wait_sweep", "--out", "{R}", "--stack", "triton-tensorrt")))
+    out.append(Job("h100_fit", (PY, "experiments/h100_fit/check.py", "--out", "{R}/h100_fit")))
     # the shipped GPU tables, rebuilt (traces/gpu/README.md), and the GPU matrix's CPU version (its numbers mean
     # nothing: only its time is kept)
-    out.append(Job("build_gpu_tables", (PY, "-m", "dvasim.model.build_gpu_tables", "--out", "{R}/traces"), "traces"))
+    out.append(Job("build_gpu_tables", (PY, "-m", "dvasim.model.build_gpu_tables", "--out", "{R}/traces")))
     out.append(Job("build_gpu_tables --fit", (PY, "-m", "dvasim.model.build_gpu_tables", "--fit", "--out",
-                                              "{R}/traces_fit"), "traces_fit"))
+                                              "{R}/traces_fit")))
     out.append(Job("gpu_matrix --cpu --tiny", (PY, "experiments/validation/gpu_matrix.py", "--cpu", "--tiny",
                                               "--traces", "{R}/gpu_matrix_cpu/traces", "--summary",
-                                              "{R}/gpu_matrix_cpu/summary", "--out", "{R}/gpu_matrix_cpu/out"),
-                   "gpu_matrix_cpu"))
+                                              "{R}/gpu_matrix_cpu/summary", "--out", "{R}/gpu_matrix_cpu/out")))
     # the H200 GPU matrix's fit and predictions, from its committed traces (a copy: the analysis rewrites the
     # traces' README and archive) into a summary compared with experiments/validation/gpu/
     out.append(Job("gpu_matrix --analyse", (PY, "experiments/validation/gpu_matrix.py", "--analyse", "--traces",
                                            "{R}/h200_traces", "--summary", "{R}/validation_gpu", "--out",
-                                           "{R}/validation_gpu_out"), "validation_gpu",
+                                           "{R}/validation_gpu_out"),
                    copy=("traces/gpu_matrix/h200_2026-11-28", "h200_traces")))
-    out.append(Job("paper_rerun --figures", _script("paper_rerun", "--figures", "--out", "{R}"), "paper_rerun",
-                   long=True))
-    out.append(Job("stack_question", _script("stack_question", "--out", "{R}"), "", long=True))
+    out.append(Job("paper_rerun --figures", _script("paper_rerun", "--figures", "--out", "{R}"), long=True))
+    out.append(Job("stack_question", _script("stack_question", "--out", "{R}"), long=True))
     # the committed log's two capacity cases; the plan case (h100_plan) at the 60 s default is hours on 2 cores
     out.append(Job("long_run_check", _script("long_run_check", "--cases", "titanrtx_dvabatch,h100_notebook_dvabatch",
-                                              "--out", "{R}"), "", long=True))
+                                              "--out", "{R}"), long=True))
     return out
 
 
 def committed_twin(root: Path, path: Path) -> Path | None:
-    """The committed file a rerun's CSV stands for (``h100_fit`` lives beside its script)."""
+    """The committed file a rerun's CSV (under a job's folder ``root``) stands for (``h100_fit`` lives beside its
+    script)."""
     rel = path.relative_to(root)
     if rel.parts[0] == "gpu_matrix_cpu":
         return None  # the CPU version's numbers mean nothing
@@ -128,11 +127,12 @@ def committed_twin(root: Path, path: Path) -> Path | None:
 
 def compare_csv(new: Path, old: Path) -> tuple[str, float, str]:
     """``(verdict, largest relative difference, its column)`` of a rerun CSV against the committed one."""
-    if new.read_bytes() == old.read_bytes():
+    # a table's '# key: value' provenance lines count too, its build date aside
+    undated = [[ln for ln in p.read_text(errors="replace").splitlines() if not ln.startswith("# date:")]
+               for p in (new, old)]
+    if undated[0] == undated[1]:
         return "same", 0.0, ""
-    # a table's '# key: value' provenance lines: its build date aside, they must match too
-    heads = [[ln for ln in p.read_text(errors="replace").splitlines() if ln.startswith("#")
-              and not ln.startswith("# date:")] for p in (new, old)]
+    heads = [[ln for ln in u if ln.startswith("#")] for u in undated]
     try:
         a, b = pd.read_csv(new, comment="#" if heads[0] else None), pd.read_csv(old, comment="#" if heads[1] else None)
     except (pd.errors.ParserError, UnicodeDecodeError, EOFError) as err:
@@ -155,10 +155,6 @@ def compare_csv(new: Path, old: Path) -> tuple[str, float, str]:
             worst, where = d, col
     if worst <= RTOL and heads[0] != heads[1]:
         return "DIFFERS (header)", 0.0, "# header"
-    if worst <= RTOL and heads[0] and new.read_text().replace("\r", "") != old.read_text().replace("\r", ""):
-        body = [[ln for ln in p.read_text().splitlines() if not ln.startswith("# date:")] for p in (new, old)]
-        if body[0] == body[1]:
-            return "same", 0.0, ""  # only the build date differs
     return ("same numbers" if worst <= RTOL else "DIFFERS"), worst, where
 
 
@@ -182,13 +178,21 @@ def markdown(rows: pd.DataFrame, compared: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
+def slug(name: str) -> str:
+    """A job's name as a file name (its log, its folder)."""
+    return name.replace(" ", "_").replace("[", "").replace("]", "").replace("-", "_")
+
+
 def run_job(job: Job, root: Path, logs: Path) -> dict:
+    """Run ``job`` with ``{R}`` standing for ``root``, its own folder."""
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
     argv = [a.replace("{R}", str(root)) for a in job.argv]
     if job.copy is not None:
         src, dst = ROOT / job.copy[0], root / job.copy[1]
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, dst)
-    log = logs / (job.name.replace(" ", "_").replace("[", "").replace("]", "").replace("-", "_") + ".log")
+    log = logs / f"{slug(job.name)}.log"
     t0 = time.perf_counter()
     with open(log, "w") as fh:
         rc = subprocess.run(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
@@ -229,16 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     def one(job: Job) -> dict:
-        row = run_job(job, root, root / "logs")
-        out = root / job.out
+        where = root / "jobs" / slug(job.name)
+        row = run_job(job, where, root / "logs")
         verdicts = []
-        stamp = row["wall_s"]
-        if row["rc"] == 0 and out.exists():
-            files = sorted(out.glob("*.csv")) if job.out in ("", "gpu-only") else sorted(out.rglob("*.csv"))
-            for f in files:
-                if f.stat().st_mtime < start_of[job.name]:
-                    continue  # written by another job
-                twin = committed_twin(root, f)
+        if row["rc"] == 0:
+            for f in sorted(where.rglob("*.csv")):
+                twin = committed_twin(where, f)
                 if twin is None:
                     continue
                 verdict, worst, col = compare_csv(f, twin)
@@ -247,17 +247,12 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts.append(verdict)
         n_diff = sum(v.startswith("DIFFERS") for v in verdicts)
         row.update(csvs=len(verdicts), differ=n_diff)
-        print(f"{job.name:34s} rc={row['rc']} {stamp:7.1f} s  {len(verdicts)} CSVs, {n_diff} differ", flush=True)
+        print(f"{job.name:34s} rc={row['rc']} {row['wall_s']:7.1f} s  {len(verdicts)} CSVs, {n_diff} differ",
+              flush=True)
         return row
 
-    start_of: dict[str, float] = {}
-
-    def timed(job: Job) -> dict:
-        start_of[job.name] = time.time()
-        return one(job)
-
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        rows = list(pool.map(timed, todo))
+        rows = list(pool.map(one, todo))
     pd.DataFrame(rows).assign(tree=commit, jobs_at_a_time=a.jobs).to_csv(root / "rerun.csv", index=False)
     pd.DataFrame(compared).to_csv(root / "compared.csv", index=False)
     (root / "rerun.md").write_text(markdown(pd.DataFrame(rows), pd.DataFrame(compared)), encoding="utf-8")
