@@ -197,6 +197,10 @@ class BatchTable:
         for q in queries:
             q.batch_id = b.bid
             q.admitted = now
+            if q.payload_formed != q.payload_formed:  # NaN: no payload formed ahead (Query's docstring)
+                q.payload_formed = now
+            if q.on_instance != q.on_instance:
+                q.on_instance = now
         b.issued[0] = b.bs
         self._active += b.bs
         self._note("n_batches", ("new", now, b.bid, b.bs))
@@ -226,6 +230,10 @@ class BatchTable:
         for q in queries:
             q.batch_id = bid
             q.admitted = now
+            if q.payload_formed != q.payload_formed:  # NaN: no payload formed ahead (Query's docstring)
+                q.payload_formed = now
+            if q.on_instance != q.on_instance:
+                q.on_instance = now
         b.issued[0] = b.bs
         self._active += len(queries)
         # detail: (newcomers, whether the batch's first stage had already started on it: Policy III's case)

@@ -21,6 +21,16 @@ class Query:
     a query has no ``finish`` (NaN) and no latency. ``priority`` is the priority level it asked for (0: the
     server's default level; 1 is the highest, as in Triton). ``replica`` is the replica of the model that served
     it (0 unless a multi-replica engine sets it).
+
+    ``payload_formed`` is when it left the batcher's queue into a payload (the batch Triton's dynamic batcher forms,
+    which may wait in the model's queue for an instance): from then on the queue policy's timeout no longer applies
+    to it. ``on_instance`` is when that payload reached a model instance (the instance's thread dequeued it; it may
+    then wait on the instance's stream behind the running batch). Under a release that forms payloads ahead (any
+    but ``"ideal"``: ``"21.10"``, ``"current"``, :mod:`dvasim.policies.triton_release`) ``seen <= payload_formed <=
+    on_instance <= admitted <= start``; a policy without payloads (every other one, and Triton's ``"ideal"``
+    release, which forms a batch only for a free instance) hands a batch to an instance as it forms it, so both are
+    ``admitted`` (set by the batch table's *new* and *stretch*). NaN while it has not got there (refused, or still
+    waiting at the end).
     """
 
     qid: int
@@ -36,6 +46,8 @@ class Query:
     status: str = "ok"  # "ok" | "rejected" | "timed_out" (see the class docstring)
     priority: int = 0
     replica: int = 0
+    payload_formed: float = math.nan  # when its payload formed: it left the batcher's queue (see the docstring)
+    on_instance: float = math.nan  # when its payload reached a model instance
     stage_start: list[float] = field(default_factory=list)
     stage_finish: list[float] = field(default_factory=list)
 
@@ -43,12 +55,14 @@ class Query:
     def __init__(self, qid: int, arrival: float, seq_len: int = 1, seen: float = math.nan,
                  admitted: float = math.nan, batch_id: int = -1, exit_batch_id: int = -1, exit_batch_size: int = 0,
                  finish: float = math.nan, status: str = "ok", priority: int = 0, replica: int = 0,
-                 stage_start: list[float] | None = None, stage_finish: list[float] | None = None) -> None:
+                 stage_start: list[float] | None = None, stage_finish: list[float] | None = None,
+                 payload_formed: float = math.nan, on_instance: float = math.nan) -> None:
         self.qid, self.arrival, self.seq_len, self.seen, self.admitted = qid, arrival, seq_len, seen, admitted
         self.batch_id, self.exit_batch_id, self.exit_batch_size = batch_id, exit_batch_id, exit_batch_size
         self.finish, self.status, self.priority, self.replica = finish, status, priority, replica
         self.stage_start = [] if stage_start is None else stage_start
         self.stage_finish = [] if stage_finish is None else stage_finish
+        self.payload_formed, self.on_instance = payload_formed, on_instance
 
     @property
     def start(self) -> float:

@@ -86,7 +86,7 @@ from dvasim.core.arith import int_sum, left_sum
 from dvasim.errors import ConfigError
 from dvasim.policies.base import New, Split, Stretch, check_nonneg_number, check_positive_int, register
 from dvasim.policies.dvabatch import operator_diversity, reference_length, service_lengths
-from dvasim.policies.triton import TritonDynamicBatcher
+from dvasim.policies.triton import TritonDynamicBatcher, note_payloads
 
 SCHEDULERS = ("NORMAL", "NORMAL_INPUT", "LOAD_DVA", "INPUT_DVA", "OPERATOR_DVA")
 TIME_UNITS = ("as-named", "as-coded")
@@ -222,11 +222,14 @@ class DVABatchBuilt(TritonDynamicBatcher):
 
     def admit(self, now: float):
         self._ops = []
+        taken = []
         while True:
             p = self._instances.take(now)
             if p is None:
                 break
+            taken.append(p.queries)
             self._main_schedule(p.queries, now)
+        note_payloads(self._instances, taken, now)  # the records' payload_ms and instance_ms
         ops, self._ops = self._ops, []
         return ops
 

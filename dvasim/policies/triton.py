@@ -23,6 +23,7 @@ import math
 from typing import Any, ClassVar
 
 from dvasim.core.compiling import mypyc_attr
+from dvasim.core.query import Query
 from dvasim.errors import ConfigError
 from dvasim.policies.base import (
     FrontDoorPolicy,
@@ -33,6 +34,47 @@ from dvasim.policies.base import (
     register,
     time_eps,
 )
+
+
+def note_payloads(instances: Any, taken: list, now: float) -> None:
+    """Each query's payload times (:class:`dvasim.core.query.Query`: ``payload_formed``, ``on_instance``) after the
+    release's instance pipeline ``instances`` (:class:`dvasim.policies.triton_release.InstancePipeline`) moved at
+    ``now``: the batcher forms, grows and hands on payloads only when asked (``step``, ``take``, at the front door),
+    so a request found in a queued payload and not yet noted left the batcher's queue now, and one found in a
+    payload on an instance's stream, or in ``taken`` (the queries of the payloads an instance took now: the batches
+    that started, or the payload a backend of its own took), reached its instance now."""
+    for p in instances.queue:
+        _note_formed(p.queries, now)
+    for stream in instances.streams:
+        for p in stream:
+            _note_formed(p.queries, now)
+            _note_on_instance(p.queries, now)
+    for qs in taken:
+        _note_formed(qs, now)
+        _note_on_instance(qs, now)
+
+
+# A payload's requests are noted in the order they joined it (it grows at its end; a merge at dequeue appends the
+# payloads queued behind it, formed no earlier), so a request already noted has every request ahead of it noted
+# too: each walk goes from the end to the first one noted, not over the whole payload at every decision.
+def _note_formed(queries: list, now: float) -> None:
+    i = len(queries) - 1
+    while i >= 0:
+        q: Query = queries[i]
+        if q.payload_formed == q.payload_formed:  # (not NaN: noted before)
+            return
+        q.payload_formed = now
+        i -= 1
+
+
+def _note_on_instance(queries: list, now: float) -> None:
+    i = len(queries) - 1
+    while i >= 0:
+        q: Query = queries[i]
+        if q.on_instance == q.on_instance:
+            return
+        q.on_instance = now
+        i -= 1
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -122,7 +164,9 @@ class TritonDynamicBatcher(FrontDoorPolicy):
         """The batches that start now under the release's instance pipeline."""
         view = self.view
         busy = set(range(int(getattr(view, "instances", 1)))) - set(view.free_lane_indices())
-        return [New(qs, lane=i) for i, qs in self._instances.step(now, busy)]
+        started = self._instances.step(now, busy)
+        note_payloads(self._instances, [qs for _, qs in started], now)
+        return [New(qs, lane=i) for i, qs in started]
 
     def _size_now(self, now: float) -> int:
         n = len(self.pending)

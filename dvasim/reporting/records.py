@@ -13,6 +13,22 @@ never did) and keeps
   run's length. Given a per-query ``offered_qps`` array, the records end with an ``offered_qps`` column (the rate
   the query was offered at; see :func:`dvasim.reporting.stability.offered_rates`).
 
+The times of a record (ms): ``arrival_ms``; ``seen_ms``, when the front door saw it (the arrival plus any admission
+delay); ``payload_ms``, when its payload formed: it left the batcher's queue into the batch Triton's dynamic batcher
+forms, after which the queue policy's timeout no longer applies to it; ``instance_ms``, when that payload reached a
+model instance (the instance's thread dequeued it); ``admitted_ms``, when it entered its batch of the batch table;
+``start_ms`` and ``finish_ms``, its first stage's start and its last stage's finish (``s{s}_start_ms`` /
+``s{s}_finish_ms`` per stage); ``latency_ms`` = ``finish_ms - arrival_ms`` and ``queue_ms`` = ``start_ms -
+arrival_ms``. Under a Triton release that forms payloads ahead (any but ``"ideal"``: ``"21.10"``, ``"current"``,
+:mod:`dvasim.policies.triton_release`; also ``dvabatch-built``'s front door) ``seen_ms <= payload_ms <=
+instance_ms <= admitted_ms <= start_ms``: a payload may wait in the model's queue for an instance (``instance_ms -
+payload_ms``), then on the instance's stream behind its running batch (``start_ms - instance_ms``). Every other
+policy (and Triton's ``"ideal"`` release) forms no payload ahead: a batch goes to its instance as it forms, so
+``payload_ms`` = ``instance_ms`` = ``admitted_ms`` (for a query stretched into a running batch, when it joined
+it). Both are NaN for a query that never left the batcher's queue (refused, or still waiting when the run ended).
+The summary's ``mean_payload_wait_ms`` and ``max_payload_wait_ms`` are over the served queries' ``payload_ms -
+arrival_ms``.
+
 Every record has a ``status`` (:data:`STATUSES`): ``"ok"`` (served), ``"rejected"`` or ``"timed_out"`` (it
 left without being served: Triton's queue policy refused it, :meth:`dvasim.core.pipeline.Pipeline.leave_unserved`;
 no ``finish_ms``, no latency) or ``"unfinished"`` (still inside when the run ended, or never reached the front
@@ -49,6 +65,7 @@ from dvasim.reporting.rows import (  # noqa: F401  (the status codes are re-expo
     FIELDS,
     OK,
     REJECTED,
+    SCALAR_FIELDS,
     STAGE_FIELDS,
     STATUSES,
     TIMED_OUT,
@@ -65,8 +82,8 @@ _STATUS_NAMES = np.array(STATUSES, dtype=object)
 
 def columns(n_stages: int) -> list[str]:
     """The record's columns, in order (``latency_ms`` and ``queue_ms`` are derived from them)."""
-    return ["query_id", "arrival_ms", "seen_ms", "admitted_ms", "start_ms", "finish_ms", "latency_ms", "seq_len",
-            "batch_id", "exit_batch_id", "exit_batch_size",
+    return ["query_id", "arrival_ms", "seen_ms", "payload_ms", "instance_ms", "admitted_ms", "start_ms", "finish_ms",
+            "latency_ms", "seq_len", "batch_id", "exit_batch_id", "exit_batch_size",
             *[f"s{s}_{k}_ms" for s in range(n_stages) for k in ("start", "finish")], "queue_ms", "status", "priority",
             "replica"]
 
@@ -96,7 +113,7 @@ def _columns(rows: Rows) -> dict[str, np.ndarray]:
     the packed rows."""
     n_stages = rows.n_stages
     packed = np.frombuffer(rows.buffer, dtype=_row_dtype(n_stages))
-    out = {name: packed[name].copy() for name, _ in FIELDS[:10]}
+    out = {name: packed[name].copy() for name in SCALAR_FIELDS}
     starts, finishes = packed["stage_start"], packed["stage_finish"]
     for s in range(n_stages):
         out[f"s{s}_start_ms"] = starts[:, s].copy()
@@ -132,6 +149,11 @@ class RecordStore:
         self.n_rows = 0
         self.n_measured = n  # the queries the summary measures: ids 0..n_measured-1 (see leave_out)
         self.left_out_reason: str | None = None
+        # the served queries' waits for their payload (payload_ms - arrival_ms), kept as each chunk's exact sum
+        # (math.fsum: the mean does not depend on the chunking) and the largest, for the summary
+        self._payload_wait_sums: list[float] = []
+        self._payload_wait_n = 0
+        self._payload_wait_max = -math.inf
 
     # ------------------------------------------------------------------ filling
     def add(self, q) -> None:
@@ -164,6 +186,12 @@ class RecordStore:
         if self.offered_qps is not None:
             chunk["offered_qps"] = self.offered_qps[qid]
         self.n_rows += len(qid)
+        served = chunk["status"] == OK
+        if served.any():
+            wait = chunk["payload_ms"][served] - chunk["arrival_ms"][served]
+            self._payload_wait_sums.append(math.fsum(wait.tolist()))
+            self._payload_wait_n += len(wait)
+            self._payload_wait_max = max(self._payload_wait_max, float(wait.max()))
         if self.path is None:
             self._chunks.append(chunk)
             return
@@ -258,9 +286,14 @@ class RecordStore:
         return self.status if self.n_measured == self.n else self.status[:self.n_measured]
 
     def summary(self, qos_target_ms: float) -> dict:
-        """:func:`summarize_arrays` of the measured queries; with ``n_not_arrived`` when some were left out."""
+        """:func:`summarize_arrays` of the measured queries, with the mean and largest wait of a served query for its
+        payload (``mean_payload_wait_ms``, ``max_payload_wait_ms``: ``payload_ms - arrival_ms``; NaN when none was
+        served); with ``n_not_arrived`` when some were left out."""
         self.close()
         out = summarize_arrays(*self.measured(), qos_target_ms, status=self.measured_status())
+        n = self._payload_wait_n
+        out["mean_payload_wait_ms"] = math.fsum(self._payload_wait_sums) / n if n else math.nan
+        out["max_payload_wait_ms"] = self._payload_wait_max if n else math.nan
         if self.n_left_out:
             out["n_not_arrived"] = self.n_left_out
         return out

@@ -32,8 +32,11 @@ _STATUS_CODE: Final = {"ok": OK, "rejected": REJECTED, "timed_out": TIMED_OUT}
 FIELDS: tuple[tuple[str, str], ...] = (
     ("query_id", "q"), ("arrival_ms", "d"), ("seen_ms", "d"), ("admitted_ms", "d"), ("start_ms", "d"),
     ("finish_ms", "d"), ("seq_len", "q"), ("batch_id", "q"), ("exit_batch_id", "q"), ("exit_batch_size", "q"),
+    ("payload_ms", "d"), ("instance_ms", "d"),
     ("stage_start", "d"), ("stage_finish", "d"), ("status", "b"), ("priority", "h"), ("replica", "h"))
 STAGE_FIELDS = ("stage_start", "stage_finish")
+# the fields of one slot each ahead of the stage times (the records' columns of the same names)
+SCALAR_FIELDS: tuple[str, ...] = tuple(name for name, _ in FIELDS[:[n for n, _ in FIELDS].index("stage_start")])
 
 
 def row_format(n_stages: int) -> str:
@@ -71,13 +74,14 @@ class Rows:
                 self.add_blank(q.qid, q.arrival, q.seq_len)
                 continue
             buffer += pack(q.qid, q.arrival, q.seen, q.admitted, st[0], q.finish, q.seq_len, q.batch_id,
-                           q.exit_batch_id, q.exit_batch_size, *st, *q.stage_finish, status_code(q), q.priority,
-                           q.replica)
+                           q.exit_batch_id, q.exit_batch_size, q.payload_formed, q.on_instance, *st, *q.stage_finish,
+                           status_code(q), q.priority, q.replica)
             self.n += 1
 
     def add_blank(self, qid: int, arrival: float, seq_len: int) -> None:
         """The record of a query that never reached the front door."""
         nan = math.nan
         stages = [nan] * (2 * self.n_stages)
-        self.buffer += self._pack(qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0, *stages, UNFINISHED, 0, 0)
+        self.buffer += self._pack(qid, arrival, nan, nan, nan, nan, seq_len, -1, -1, 0, nan, nan, *stages, UNFINISHED,
+                                  0, 0)
         self.n += 1
