@@ -50,6 +50,77 @@ runs ``"21.10"``, ``triton-tensorrt`` ``"current"``, every other stack ``"ideal"
       ``src/tensorrt.cc:408-412``) is released at inputs-consumed (``src/instance_state.cc:1662, 1671``): one
       permit, three with ``eager_batching`` (``EVENT_SET_COUNT = 3``, ``src/instance_state.h:45-48``, since r23.03).
 
+``"24.10"``
+    Triton r24.10 (tritonserver 2.51.0, what the nvidia-pytriton 0.7.0 wheel bundles): core branch ``r24.10``
+    (bfec7c61dc09) and the Python backend (python_backend branch ``r24.10``, 01d0ad82f9f5), whose instance is free
+    only when its batch has left. Core ``src/dynamic_batch_scheduler.cc``, ``src/instance_queue.cc``,
+    ``src/rate_limiter.cc``, ``src/scheduler_utils.cc`` and ``src/payload.cc`` at r24.10 are main 73aad7c3's but
+    for the response delegator (``dynamic_batch_scheduler.cc:672-744``, which forms no batch), so the batcher's
+    rules are the code's of ``"current"``; where ``"24.10"`` departs from ``"current"`` it is where dvasim's
+    ``"current"`` departs from that code (kept, bit for bit, for its runs), or in the backend. Rule by rule:
+
+    * *prefetch* as ``"current"``: payloads are formed while the model's queue holds fewer than ``2 x instances``
+      (core r24.10 ``src/rate_limiter.cc:207-229``, the batcher blocking on it at
+      ``src/dynamic_batch_scheduler.cc:367, 449-485``);
+    * *no prefetch with a queue policy*, where "queue policy" is what the code tests
+      (``src/scheduler_utils.cc:361-376``): priority levels, or a default policy with a timeout, a queue size
+      limit or ``allow_timeout_override = true`` (the last alone turns prefetch off too; ``"current"`` ignores it).
+      Without prefetch a payload is formed only while an instance's thread waits for one (``rate_limiter.cc:
+      230-236``: ``WaitingConsumerCount > 0``, counted up at ``:317-320`` and down at ``:259-262``);
+    * *growing payloads* as ``"current"``: ``IsStaleState`` is EXECUTING or RELEASED only
+      (``dynamic_batch_scheduler.cc:42-48``), a payload stops growing when the batcher marks itself saturated
+      (``payload_saturated_``, ``:545, 598, 615``) and a non-saturated payload not at a preferred size absorbs the
+      pending requests at once (``:641-645``);
+    * *merge at dequeue of saturated payloads*: ``InstanceQueue::Dequeue`` (``src/instance_queue.cc:57-104``)
+      skips a payload only if the payload's own flag ``IsSaturated()`` is set (``:71-72, 81-82``), and that flag
+      is set only by ``Payload::MarkSaturated`` (``src/payload.cc:158-162``), called only when a request's input
+      shapes differ from the batch's (``dynamic_batch_scheduler.cc:555-560``) or a custom batching library
+      refuses it (``:564-571``); the batcher's saturation (``payload_saturated_`` above) never reaches the
+      payload. So a payload that reached a preferred size is merged like any other: behind the dequeued payload,
+      each payload older than the queue delay (``BatcherStartNs``, strictly, ``:83-84``; ``payload.cc:130-138``)
+      while the total fits ``max_batch_size`` (``:89``), only with a delay > 0 and ``max_batch_size > 1``
+      (``:71-72``). (dvasim models neither shape checks nor custom batching: here no payload is ever skipped.)
+      The same holds at main 73aad7c3, whose ``instance_queue.cc`` is identical: ``"current"``'s skip is kept
+      unchanged for its runs' sake, though the code does not do it;
+    * *an aged payload too large to merge stops growing*: the merge marks the front payload EXECUTING before it
+      checks the size (``instance_queue.cc:85-89``), so when it does not fit it stays queued as EXECUTING, which
+      ``IsStaleState`` counts (``dynamic_batch_scheduler.cc:342-347, 373-376``): the batcher starts a new payload;
+    * *the instance's release* (Python backend): one backend thread per instance (the backend sets no
+      DEVICE_BLOCKING policy, so ``ShareBackendThread`` is false, core ``src/backend_model_instance.h:145-149``,
+      ``src/backend_model_instance.cc:327-351``), one stub process per instance (python_backend
+      ``src/python_be.cc:2238-2278, 327-346``). ``ProcessRequests`` hands the batch to the stub and blocks until
+      the stub's ``execute()`` has returned its responses (``python_be.cc:1338-1345``), sends them
+      (``TRITONBACKEND_ResponseSend`` in ``InferResponse::Send``, ``src/infer_response.cc:226-233``, called at
+      ``python_be.cc:1514-1517``; GPU outputs after a second round trip, ``:1528-1591``), and
+      ``TRITONBACKEND_ModelInstanceExecute`` releases the requests and returns (``:2305-2376``); only then does
+      the instance's thread release the payload and dequeue the next (core ``backend_model_instance.cc:796-805``).
+      So an instance takes its next payload only when its batch has left the last stage (the ``"ideal"``
+      release of an instance, with Triton's payload queue in front of it). ``eager_batching`` (TensorRT's) has no
+      effect. Several idle instances: the lowest-numbered takes the payload (Triton wakes one waiting thread,
+      ``rate_limiter.cc:271-276``, whichever the OS picks).
+    * *not modelled, a thread race* ("lost wake-up"): without prefetch, the batcher waits for a consumer in
+      ``WaitForPayloadSlotAvailable`` (``dynamic_batch_scheduler.cc:449-485``) on its ``cv_`` with a deadline
+      500 ms (``:329, 367``) after it began to wait. An instance that finishes notifies ``cv_`` from
+      ``Payload::Execute`` (``payload.cc:214-216``, the callback set at ``dynamic_batch_scheduler.cc:430-432``)
+      *before* its thread counts itself as a waiting consumer (``backend_model_instance.cc:798-804`` then
+      ``rate_limiter.cc:317-320``), and counting up notifies only ``waiting_consumer_cv_``
+      (``instance_queue.cc:106-114``), not ``cv_``. If the woken batcher evaluates its predicate before the
+      instance's thread has counted itself, it sleeps on until its deadline (up to 500 ms) or until a request
+      arrives (``:263-286``; a request refused by a full queue, ``:261``, wakes nothing). Whether that happens
+      depends on which thread runs first: not deterministic, so it is not modelled (here the batcher sees the
+      idle instance at once).
+    * *not modelled, as in ``"current"`` (deterministic, the same code at main)*: under a queue delay with
+      preferred sizes below ``max_batch_size``, the batcher does not mark a payload saturated when it sends it at a
+      preferred size (``:596-602`` sets ``payload_saturated_`` only with no delay). The next time it runs
+      ``GetDynamicBatch`` a payload below the largest preferred size grows to the next one that fits, and one at
+      the largest takes one more request (``:540-546`` mark the best size at 0, then 1 request, and ``:596-602``
+      sends it) or, once the oldest pending request's delay has passed, the whole walk up to ``max_batch_size``
+      (``:613-616``); either way it is then saturated. And an arrival wakes the batcher only when a slot is free
+      and it is saturated, stale, or ``queued_batch_size_ >= next_preferred_batch_size_`` (``:263-286``), the
+      latter set while the batcher waits out a delay (``:623-634``) and reset only with a new payload
+      (``:344-347``); with no delay it stays 0 and every arrival wakes it. Here, as in ``"current"``, the batcher
+      looks at every arrival and a payload at a preferred size stops growing (see below).
+
 Where this differs from the code, on purpose: the instance's host work for a batch waiting on the stream (its
 inputs' copy) is charged when the batch starts, after the batch before it (the host model's batch entry), not
 beside it; inputs are taken as consumed when the batch starts its first stage; the payload of a growing release
@@ -67,7 +138,7 @@ from dataclasses import dataclass, field
 
 from dvasim.errors import ConfigError
 
-RELEASES = ("ideal", "21.10", "current")
+RELEASES = ("ideal", "21.10", "current", "24.10")
 
 
 @dataclass(frozen=True)
@@ -80,6 +151,9 @@ class ReleaseRules:
     tokens: int = 1  # batches an instance may have issued whose inputs are not consumed yet
     skip_saturated_merge: bool = False  # saturated payloads are not merged at dequeue (current)
     prefetch_with_queue_policy: bool = True  # current: no prefetch when a queue policy is set
+    override_stops_prefetch: bool = False  # 24.10: allow_timeout_override alone is a queue policy (no prefetch)
+    freeze_unmerged: bool = False  # 24.10: an aged payload too large to merge stops growing
+    release_at_exit: bool = False  # 24.10: an instance takes its next payload when its batch has left (Python)
 
     @property
     def ideal(self) -> bool:
@@ -94,6 +168,10 @@ def release_rules(name: str, eager_batching: bool = False, field_name: str = "se
         return ReleaseRules("ideal", prefetch_slots_per_instance=0, frozen=True, tokens=0)
     if name == "21.10":
         return ReleaseRules("21.10", frozen=True, tokens=2 if eager_batching else 1)
+    if name == "24.10":  # the Python backend: no tokens, no eager batching (see the module docstring)
+        return ReleaseRules("24.10", frozen=False, tokens=0, skip_saturated_merge=False,
+                            prefetch_with_queue_policy=False, override_stops_prefetch=True, freeze_unmerged=True,
+                            release_at_exit=True)
     return ReleaseRules("current", frozen=False, tokens=3 if eager_batching else 1, skip_saturated_merge=True,
                         prefetch_with_queue_policy=False)
 
@@ -132,6 +210,8 @@ class InstancePipeline:
     # a backend other than TensorRT's (the DVABatch backend): whether its thread has returned from Execute and
     # takes the next payload (None: the TensorRT backend's tokens and streams, above)
     backend_free: object = None
+    # the instances whose stream runs a batch, as the last ``step`` left them (what ``release_at_exit`` reads)
+    busy: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.streams = [deque() for _ in range(self.n_instances)]
@@ -145,19 +225,37 @@ class InstancePipeline:
         batches waiting on its stream (or the other backend says its thread is free)."""
         if self.backend_free is not None:
             return bool(self.backend_free())
+        if self.rules.release_at_exit:
+            return self._idle() >= 0
         return self.last < 0 or len(self.streams[self.last]) < self.rules.tokens
+
+    def _idle(self) -> int:
+        """``release_at_exit``: the first instance that holds no batch, whose thread waits for a payload (-1: none;
+        Triton wakes one waiting thread, r24.10 core rate_limiter.cc:271-276)."""
+        for i in range(self.n_instances):
+            if i not in self.busy and not self.streams[i]:
+                return i
+        return -1
 
     def slot_free(self) -> bool:
         """The batcher may form (or grow) a payload now (``PayloadSlotAvailable``)."""
-        if self.rules.ideal or (not self.rules.prefetch_with_queue_policy and self.batcher.has_queue_policy()):
+        if self.rules.ideal or (not self.rules.prefetch_with_queue_policy and self._queue_policy()):
             return not self.queue and self.thread_free()  # no prefetch: only for a waiting backend thread
         return len(self.queue) < self.rules.prefetch_slots_per_instance * self.n_instances
+
+    def _queue_policy(self) -> bool:
+        """The batcher's queue turns prefetch off (current: core scheduler_utils.cc:364-375; 24.10 counts
+        ``allow_timeout_override`` too, r24.10 scheduler_utils.cc:364-367)."""
+        b = self.batcher
+        return bool(b.has_queue_policy()) or (self.rules.override_stops_prefetch
+                                               and bool(getattr(b, "allow_timeout_override", False)))
 
     # ---------------------------------------------------------------- one decision
     def step(self, now: float, busy: set[int]) -> list[tuple[int, list]]:
         """What happens now, until nothing more can: the batches that start on an instance (``(instance,
         queries)``, in order). ``busy``: the instances whose stream runs a batch (updated)."""
         started: list[tuple[int, list]] = []
+        self.busy = busy
         while True:
             moved = False
             for i, stream in enumerate(self.streams):  # inputs consumed: the stream's next batch starts
@@ -166,9 +264,12 @@ class InstancePipeline:
                     busy.add(i)
                     moved = True
             if self.queue and self.thread_free():  # the backend thread takes the next payload
-                i = self.turn
-                self.turn = (self.turn + 1) % self.n_instances
-                self.last = i
+                if self.rules.release_at_exit:  # an idle instance's own thread (24.10, the Python backend)
+                    i = self._idle()
+                else:
+                    i = self.turn
+                    self.turn = (self.turn + 1) % self.n_instances
+                    self.last = i
                 self.streams[i].append(self._dequeue(now))
                 moved = True
                 continue
@@ -189,7 +290,8 @@ class InstancePipeline:
     def _dequeue(self, now: float) -> Payload:
         """``InstanceQueue::Dequeue`` (instance_queue.cc:56-95): the front payload, and behind it every payload
         that has itself waited longer than the queue delay (strictly) while the total fits ``max_batch_size``;
-        current releases merge no saturated payload (core instance_queue.cc:71-72, 81-84)."""
+        current releases merge no saturated payload (core instance_queue.cc:71-72, 81-84); under 24.10 an aged
+        payload that does not fit stops growing (r24.10 instance_queue.cc:85-89)."""
         b = self.batcher
         p = self.queue.popleft()
         skip = self.rules.skip_saturated_merge
@@ -197,8 +299,11 @@ class InstancePipeline:
             size = len(p.queries)
             while self.queue:
                 nxt = self.queue[0]
-                if (skip and nxt.saturated) or not now - nxt.oldest > b.max_queue_delay_ms \
-                        or size + len(nxt.queries) > b.max_batch_size:
+                if (skip and nxt.saturated) or not now - nxt.oldest > b.max_queue_delay_ms:
+                    break
+                if size + len(nxt.queries) > b.max_batch_size:
+                    if self.rules.freeze_unmerged:
+                        nxt.saturated = True  # left queued as EXECUTING: the batcher starts a new payload
                     break
                 self.queue.popleft()
                 p.add(nxt.queries)
