@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 OUT    ?= results/compare
 
-.PHONY: run run-one test test-slow fuzz bench bench-10m lint clean compiled pure docs notebooks experiments gpu-matrix gpu-matrix-cpu gpu-wheels
+.PHONY: run run-one test triton-env triton-check test-slow fuzz bench bench-10m lint clean compiled pure docs notebooks experiments gpu-matrix gpu-matrix-cpu gpu-wheels
 
 # One build: `pip install -e .` compiles the core with mypyc in place where a C compiler exists (setup.py; the pure
 # modules where none does, same results) and both targets use it. The dev extras come as their requirements alone
@@ -29,7 +29,20 @@ run: $(VENV)/.stamp-run
 run-one: $(VENV)/.stamp-run
 	$(VENV)/bin/dvasim run configs/default.toml --out results/default
 
-test: $(VENV)/.stamp-dev
+# The real Triton server (issue 46; dvasim/engines/triton/server.py): nvidia-pytriton's tritonserver 2.51.0 (r24.10)
+# in its own environment, .venv/triton, made from the system Python 3.11 whose libpython its Python backend's stub
+# links; the wheel and its tritonclient need numpy<2 and protobuf<5, which dvasim's .venv does not keep.
+TRITON_PY  ?= /usr/bin/python3.11
+TRITON_ENV := $(VENV)/triton
+TRITON_PINS := 'nvidia-pytriton==0.7.0' 'tritonclient[grpc]==2.51.0'
+$(TRITON_ENV)/.stamp: Makefile
+	test -x $(TRITON_ENV)/bin/python || $(TRITON_PY) -m venv $(TRITON_ENV)
+	$(TRITON_ENV)/bin/pip install -q $(TRITON_PINS)
+	touch $@
+
+triton-env: $(TRITON_ENV)/.stamp
+
+test: $(VENV)/.stamp-dev $(TRITON_ENV)/.stamp
 	$(PY) -m pytest -q
 
 test-slow: $(VENV)/.stamp-dev

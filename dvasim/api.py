@@ -140,25 +140,20 @@ def build(cfg: dict[str, Any], stack: str | None) -> _Parts:
     copies, the policy, the workload and the pipeline), each checked: what a study calls to check a config whole
     without running it."""
     from dvasim.core.pipeline import Pipeline
+    from dvasim.engines.common import policy_from_section, workload_for_table
     from dvasim.engines.sim.corun import sim_corun  # E-Ebird's offline profiler in the simulator
     from dvasim.model.catalog import resolve_model
     from dvasim.policies import make_policy
     from dvasim.server.resolve import resolve_stack
     from dvasim.server.transfer import transfer_from_config
-    from dvasim.workload import workload_from_config
-    from dvasim.workload.lengths import check_lengths
 
     model = resolve_model(cfg["model"])
     profile = model.table
     transfer = transfer_from_config(cfg["engine"].get("transfer"))
     served = resolve_stack(cfg, model, transfer, stack=stack)
     params = {k: v for k, v in cfg["policy"].items() if k != "name"}
-    policy = make_policy(cfg["policy"]["name"], params)
-    workload = workload_from_config(
-        cfg["workload"], needs_seq_len=profile.seq_lens is not None, base_dir=cfg["base_dir"]
-    )
-    if profile.seq_lens is not None and len(workload.seq_lens):
-        check_lengths(profile, workload.seq_lens)
+    policy = policy_from_section(cfg["policy"])
+    workload = workload_for_table(cfg, profile)
     eng = cfg["engine"]
     replicas = int(cfg.get("cluster", {}).get("replicas", 1))
     if replicas > 1 and workload.closed_clients is not None:

@@ -12,6 +12,7 @@
     dvasim replay CONFIG.toml --out DIR [--loadgen]       real torch execution of the config (needs torch)
     dvasim validate CONFIG.toml --out DIR [--repeats K]   simulator vs replay: DIR/fidelity.json (needs torch)
     dvasim fit DIR... --out engine.toml                  the engine fitted to replay folders (dvasim run --engine)
+    dvasim triton CONFIG.toml --out DIR                  the config served on the real Triton server (CPU)
 
 Errors a user can fix print one line (``dvasim: error: <field>: <what is allowed>``) and exit with status 2.
 Every command stops on Ctrl-C (SIGINT) or SIGTERM with one line and status 130 or 143, its files written whole or
@@ -59,6 +60,7 @@ SELF_PARSED = (
     ("profile", "profile a model's stages into a latency table (needs torch); see dvasim profile -h"),
     ("replay", "replay a config on real torch execution (needs torch); see dvasim replay -h"),
     ("validate", "simulate and replay a config, write fidelity.json (needs torch)"),
+    ("triton", "serve a config on the real Triton server on this CPU; see dvasim triton -h"),
 )
 
 
@@ -197,6 +199,10 @@ def dispatch(argv: list[str] | None = None) -> int:
         except ImportError as e:
             return needs_torch("profile", e)
         return cli_profile(argv[1:])
+    if argv and argv[0] == "triton":
+        from dvasim.cli.triton import cli_triton
+
+        return cli_triton(argv[1:])
     if argv and argv[0] in ("replay", "validate"):
         try:
             from dvasim.cli.replay import cli_replay

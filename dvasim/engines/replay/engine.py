@@ -84,6 +84,7 @@ import torch
 from dvasim.core.batch_table import meta_op_counts
 from dvasim.core.pipeline import Execution, Pipeline
 from dvasim.core.query import Query
+from dvasim.engines.common import check_one_replica
 from dvasim.model.stages.buffers import BufferSet, InputStore
 from dvasim.model.stages.cuda import CudaOps  # noqa: F401  (tests and callers name it here)
 from dvasim.model.stages.graphs import Stopped  # noqa: F401  (raised by prepare on a stop request)
@@ -770,19 +771,10 @@ def prepare(config, overrides: list[str] | None = None, *, device: str = "cpu", 
 def _checked(config, overrides, device: str, table):
     """Every check :func:`prepare` makes before it builds anything (no torch work): the resolved config and
     model, the policy and the workload."""
-    from dvasim.policies import make_policy
-    from dvasim.workload import workload_from_config
-    from dvasim.workload.lengths import check_lengths
+    from dvasim.engines.common import policy_from_section, workload_for_table
 
     cfg, resolved = _resolve(config, overrides, device, table)
-    profile = resolved.table
-    params = {k: v for k, v in cfg["policy"].items() if k != "name"}
-    policy = make_policy(cfg["policy"]["name"], params)
-    workload = workload_from_config(cfg["workload"], needs_seq_len=profile.seq_lens is not None,
-                                    base_dir=cfg["base_dir"])
-    if profile.seq_lens is not None and len(workload.seq_lens):
-        check_lengths(profile, workload.seq_lens)
-    return cfg, resolved, policy, workload
+    return cfg, resolved, policy_from_section(cfg["policy"]), workload_for_table(cfg, resolved.table)
 
 
 def check_replay_config(config, overrides: list[str] | None = None, *, device: str = "cpu", table=None) -> dict:
@@ -861,24 +853,6 @@ def _resolve(config, overrides, device: str, table):
             raise ConfigError("table", f"has {tab.n_stages} stages; the model is cut into {resolved.table.n_stages}")
         resolved = dataclasses.replace(resolved, table=tab)
     return cfg, resolved
-
-
-def check_one_replica(cluster: dict) -> None:
-    """The replay serves on one device, each query straight into its one pipeline: a resolved ``[cluster]`` that
-    would change the simulation of the same config (``replicas`` > 1, a ``network_delay_ms``) is refused rather
-    than ignored, or ``dvasim validate`` would compare a cluster's simulation with one replica's replay. (The
-    ``router`` of one replica picks nothing, in either engine.)"""
-    from dvasim.errors import ConfigError
-
-    if cluster["replicas"] != 1:
-        raise ConfigError("cluster.replicas", f"is {cluster['replicas']}, but the replay runs one replica (one "
-                                              "device, one pipeline): remove [cluster] replicas (or set it to 1) to "
-                                              "replay or validate, and simulate the cluster with dvasim run")
-    delay = cluster["network_delay_ms"]
-    if any(float(d) != 0.0 for d in (delay if isinstance(delay, list) else [delay])):
-        raise ConfigError("cluster.network_delay_ms", f"is {delay}, but the replay has no network before its "
-                                                      "pipeline: remove [cluster] network_delay_ms (or set it to 0) "
-                                                      "to replay or validate, and simulate the delay with dvasim run")
 
 
 def _real_stages(cfg: dict, resolved, dev: str):
