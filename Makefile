@@ -42,6 +42,11 @@ $(TRITON_ENV)/.stamp: Makefile
 
 triton-env: $(TRITON_ENV)/.stamp
 
+# the simulator against the real Triton server (experiments/validation/triton/README.md): calibrate, fit, predict
+# 14 cases each served twice (about 6 minutes on the 2-core VM); --tiny is the CI version (tests/experiments)
+triton-check: $(VENV)/.stamp-dev $(TRITON_ENV)/.stamp
+	$(PY) experiments/validation/triton/matrix.py --out experiments/validation/triton/results
+
 test: $(VENV)/.stamp-dev $(TRITON_ENV)/.stamp
 	$(PY) -m pytest -q
 

@@ -62,7 +62,7 @@ def run(config, overrides: list[str] | None = None, progress: bool | None = None
         workload.arrivals_ms, workload.seq_lens, records=store, keep_queries=False,
         sharing=eng["sharing"], corun_slowdown=eng["corun_slowdown"], cores=eng["cores"],
         launch_overhead_ms=eng["launch_overhead_ms"],
-        admission_delay_ms=eng["admission_delay_ms"],
+        admission_delay_ms=_admission_delay(eng, parts.served.stack),
         service_cv=eng["service_cv"], seed=int(cfg["workload"].get("seed", 0)),
         progress=eng["progress"] if progress is None else progress,
         closed_clients=workload.closed_clients, think_ms=workload.think_ms, fail_soft=True, host=parts.served.host,
@@ -133,6 +133,15 @@ class _Parts:
     workload: Any
     pipeline: Any
     pipelines: list  # one per replica ([cluster] replicas); ``pipeline`` is the first
+
+
+def _admission_delay(eng: dict[str, Any], stack) -> Any:
+    """``[engine] admission_delay_ms``, or where the config leaves it at 0 the stack's client path (a stack fitted
+    to a real server: :attr:`dvasim.server.stacks.ServingStack.client_path_ms`)."""
+    given = eng["admission_delay_ms"]
+    if stack.client_path_ms and not isinstance(given, (list, tuple)) and float(given) == 0.0:
+        return list(stack.client_path_ms)
+    return given
 
 
 def build(cfg: dict[str, Any], stack: str | None) -> _Parts:

@@ -28,6 +28,8 @@ PAGES = {
     "gpu/matrix-results.md": "experiments/validation/gpu/README.md",
     "gpu/h100-fit.md": "experiments/h100_fit/README.md",
     "gpu/cpu-fidelity.md": "experiments/validation/README.md",
+    "gpu/triton-cpu.md": "experiments/validation/triton/README.md",
+    "gpu/triton-release-2410.md": "experiments/validation/triton/release_24.10.md",
 }
 # site file -> repository file, served as is
 ASSETS = {

@@ -7,9 +7,14 @@ complete, so an error leaves nothing behind.
 
 Every fitted value is printed with its 95% interval (``--bootstrap N`` resamples of the executions, 200 by
 default, 0 for none; :func:`dvasim.fitting.fit.fit_intervals` says how each is made); the engine file keeps the
-point values only, and ``--json FILE`` writes the whole fit, intervals included."""
+point values only, and ``--json FILE`` writes the whole fit, intervals included.
+
+On real Triton server runs (``dvasim triton`` folders) it fits that server's serving stack instead and writes a
+stack file (``--out NAME.toml``; ``dvasim run CONFIG --stack NAME.toml``): :mod:`dvasim.fitting.triton_fit`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from dvasim.cli.common import error_line
 from dvasim.errors import ConfigError, DvasimError, OneLineParser
@@ -22,7 +27,8 @@ MAX_BOOT = 100_000
 def fit_parser() -> OneLineParser:
     """``dvasim fit``'s arguments."""
     p = OneLineParser(prog="dvasim fit", description="fit the simulator's engine to replay output folders")
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="replay folders (config.toml, queries.csv, executions.csv)")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="replay folders (config.toml, queries.csv, executions.csv), or "
+                   "dvasim triton folders (then --out is a stack file)")
     p.add_argument("--out", required=True, help="the engine file to write, e.g. engine.toml")
     p.add_argument("--launch-table", default=None, help="a profiled launch table; then only launch_scale is fitted")
     p.add_argument("--gpu-table", default=None,
@@ -192,10 +198,39 @@ def _json_path(args):
 def cli_fit(argv=None) -> int:
     try:
         args = fit_parser().parse_args(argv)
+        from dvasim.fitting.triton_fit import is_triton_folder
+
+        triton = [is_triton_folder(d) for d in args.dirs]
+        if any(triton):
+            return fit_triton(args, triton)
         res, checks, out = fit_command(args)
     except DvasimError as e:
         return error_line(e)
     print_fit(res, out, checks)
+    return 0
+
+
+def fit_triton(args, triton: list[bool]) -> int:
+    """``dvasim fit`` on real Triton server runs (``dvasim triton`` folders): the stack file ``--out`` (a
+    ``.toml``: ``dvasim run CONFIG --stack FILE.toml``); see :mod:`dvasim.fitting.triton_fit`."""
+    from dvasim.fitting.triton_fit import fit_stack, write_stack
+
+    if not all(triton):
+        bad = args.dirs[triton.index(False)]
+        raise ConfigError("DIR", f"{bad} is not a dvasim triton folder, but the others are: fit real-server runs "
+                                 "and replays apart")
+    if not str(args.out).endswith(".toml"):
+        raise ConfigError("--out", f"{args.out}: a stack file ends in .toml (dvasim run --stack FILE.toml)")
+    stack, report = fit_stack(args.dirs, name=Path(args.out).stem)
+    out = write_stack(stack, report, args.out)
+    print(f"dvasim fit: {len(args.dirs)} real Triton runs, {report['n_executions']} executions, "
+          f"{report['n_queries']} queries -> stack file {out}")
+    print(f"  entry {report['entry_ms'][0]:.3f} + {report['entry_ms'][1]:.4f} b ms (rmse "
+          f"{report['entry_rmse_ms']:.3f}), exit {report['exit_ms'][0]:.3f} + {report['exit_ms'][1]:.4f} b ms, client "
+          f"path p50 "
+          f"{report['client_path_ms']['p50']:.3f} / p99 {report['client_path_ms']['p99']:.3f} ms; release "
+          f"{stack.triton_release}")
+    print(f"  predict: dvasim run CONFIG --out DIR --stack {out}")
     return 0
 
 

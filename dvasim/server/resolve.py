@@ -104,6 +104,19 @@ class StackRun:
 
 
 def stack_by_name(name: Any, field: str = "server.stack") -> ServingStack:
+    """A named stack (:data:`STACKS`), or a stack file (a path ending in ``.toml``: ``dvasim fit`` writes them)."""
+    if isinstance(name, str) and name.endswith(".toml") and name not in STACKS:
+        from pathlib import Path
+
+        from dvasim.server.stacks import stack_from_toml
+
+        p = Path(name)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(field, f"cannot read the stack file {p} ({e.strerror or e}); give a named stack "
+                                     "(dvasim stacks) or a file dvasim fit wrote") from None
+        return stack_from_toml(text, str(p), field)
     if not isinstance(name, str) or name not in STACKS:
         raise ConfigError(field, f"unknown stack {name!r}; allowed: {', '.join(STACKS)} "
                                  "(`dvasim stacks` lists them with their numbers)")
@@ -196,7 +209,8 @@ def stack_run(name: str, table, transfer=None, field: str = "server.stack") -> S
     from types import SimpleNamespace
 
     model = SimpleNamespace(table=table, name=None, bounds=None, op_table=None)
-    return resolve_stack({"engine": {}, "server": {"stack": stack_by_name(name, field).name}}, model, transfer)
+    stack_by_name(name, field)  # checked, naming ``field``
+    return resolve_stack({"engine": {}}, model, transfer, stack=name)
 
 
 def _need_operators(host: dict, ops_src: str) -> None:

@@ -81,6 +81,10 @@ class ServingStack:
     corun_per_worker: float = 0.0
     triton_release: str = "ideal"
     eager_batching: bool = False
+    # the client's path to the batcher's queue and back (ms quantiles at evenly spaced levels 0..1): taken as the
+    # run's [engine] admission_delay_ms where the config gives none (a fitted stack of a real server: the gRPC
+    # client, the front end and the answer's way back, which a request pays outside the batcher)
+    client_path_ms: tuple[float, ...] = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def with_overrides(self, values: dict[str, Any]) -> ServingStack:
@@ -100,6 +104,9 @@ class ServingStack:
         out = {"name": self.name, "summary": self.summary, "triton_release": self.triton_release}
         if self.eager_batching:
             out["eager_batching"] = True
+        if self.client_path_ms:
+            q = self.client_path_ms
+            out["client_path_ms"] = {"min": q[0], "median": q[len(q) // 2], "max": q[-1], "quantiles": len(q)}
         if not self.adds_nothing:
             out.update({k: (str(v) if isinstance(v, float) and math.isinf(v) else v)
                         for k, v in self.parameters().items()})
@@ -312,3 +319,98 @@ _add(replace(_TRT, name="triton-tensorrt-21.10",
              summary="Triton 21.10 with TensorRT, the DVABatch paper's release (§8.1, Table 1): as triton-tensorrt, "
                      "but its batcher forms payloads ahead of a busy instance and never grows a queued one",
              triton_release="21.10", sources={**_TRT.sources, "triton_release": TRITON_2110}))
+
+
+# ------------------------------------------------------------------------------------------------- stack files
+STACK_FILE_KEYS = ("name", "summary", *FIELD_HELP, "client_path_ms")  # every one pinned in a stack file
+
+
+def stack_from_toml(text: str, where: str, field_name: str = "server.stack") -> ServingStack:
+    """A :class:`ServingStack` from a stack file (``dvasim fit`` on real-server runs writes them): a ``[stack]``
+    table pinning every field of :data:`STACK_FILE_KEYS` (so a later dvasim with new defaults reproduces it or
+    refuses it), and ``[sources]``, each field's provenance. A missing, unknown or mistyped field is one
+    :class:`~dvasim.errors.ConfigError` naming it."""
+    import tomllib
+
+    from dvasim.errors import ConfigError
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(field_name, f"{where}: not TOML ({e})") from None
+    table = doc.get("stack")
+    if not isinstance(table, dict):
+        raise ConfigError(field_name, f"{where}: no [stack] table; a stack file pins every field under [stack]")
+    unknown = sorted(set(table) - set(STACK_FILE_KEYS))
+    if unknown:
+        raise ConfigError(field_name, f"{where}: unknown field [stack] {unknown[0]}; known: "
+                                      f"{', '.join(STACK_FILE_KEYS)}")
+    missing = [k for k in STACK_FILE_KEYS if k not in table]
+    if missing:
+        raise ConfigError(field_name, f"{where}: [stack] {missing[0]} is missing; a stack file pins every field "
+                                      "(so that another release of dvasim reproduces it): add it")
+    values = {}
+    defaults = ServingStack("x", "x")
+    for k in STACK_FILE_KEYS:
+        v = table[k]
+        want = getattr(defaults, k)
+        if k == "client_path_ms":
+            ok = isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v) \
+                and (not v or (len(v) >= 2 and all(a <= b for a, b in zip(v, v[1:])) and v[0] >= 0))
+            if not ok:
+                raise ConfigError(field_name, f"{where}: [stack] client_path_ms must be [] or >= 2 non-decreasing "
+                                              "quantiles >= 0 (ms)")
+            v = tuple(float(x) for x in v)
+        elif isinstance(want, bool):
+            if not isinstance(v, bool):
+                raise ConfigError(field_name, f"{where}: [stack] {k} must be true or false, got {v!r}")
+        elif isinstance(want, float):
+            if isinstance(v, str) and v == "inf":
+                v = INF
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ConfigError(field_name, f"{where}: [stack] {k} must be a number >= 0 (or \"inf\"), got {v!r}")
+            v = float(v)
+        elif not isinstance(v, str):
+            raise ConfigError(field_name, f"{where}: [stack] {k} must be a string, got {v!r}")
+        values[k] = v
+    if values["modules"] not in MODULE_KINDS:
+        raise ConfigError(field_name, f"{where}: [stack] modules {values['modules']!r}; one of "
+                                      f"{', '.join(MODULE_KINDS)}")
+    from dvasim.policies.triton_release import RELEASES
+
+    if values["triton_release"] not in RELEASES:
+        raise ConfigError(field_name, f"{where}: [stack] triton_release {values['triton_release']!r}; one of "
+                                      f"{', '.join(RELEASES)}")
+    sources = doc.get("sources") or {}
+    return ServingStack(**values, sources={str(k): str(v) for k, v in sources.items()})
+
+
+def stack_to_toml(stack: ServingStack, header: str = "") -> str:
+    """The stack file of ``stack`` (:func:`stack_from_toml` reads it back to an equal stack)."""
+    def val(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float):
+            return '"inf"' if math.isinf(v) else repr(v)
+        if isinstance(v, tuple):
+            return "[" + ", ".join(repr(float(x)) for x in v) + "]"
+        return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    lines += ["[stack]"] + [f"{k} = {val(getattr(stack, k))}" for k in STACK_FILE_KEYS]
+    lines += ["", "[sources]"] + [f"{k} = {val(v)}" for k, v in sorted(stack.sources.items())]
+    return "\n".join(lines) + "\n"
+
+
+STACK_DIR = __import__("pathlib").Path(__file__).resolve().parent / "stack_files"
+
+
+def _add_file(name: str) -> None:
+    path = STACK_DIR / f"{name}.toml"
+    if path.exists():  # (a checkout that lacks it lacks the stack: tests/server checks it ships)
+        STACKS[name] = stack_from_toml(path.read_text(encoding="utf-8"), str(path))
+
+
+# Triton's Python backend on this machine's CPU, behind gRPC: fitted by dvasim fit on the real server's calibration
+# runs (experiments/validation/triton/; the file names them)
+_add_file("triton-python-cpu")

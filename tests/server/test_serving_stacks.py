@@ -133,11 +133,15 @@ def test_each_named_stack_serves_one_query_as_its_numbers_say(name):
     launch = st.launch_fixed_ms + st.launch_per_op_ms * 157 + st.launch_per_row_ms
     exit_ = st.sync_ms + ms(o_b, st.d2h_gbps)
     assert model_cfg["name"] == "resnet152"
+    # a stack fitted to a real server carries its client's path (ServingStack.client_path_ms): the query reaches
+    # the front door after a draw from it, and only such a stack delays it
+    path = float(res.queries["seen_ms"].iloc[0] - res.queries["arrival_ms"].iloc[0])
+    assert (st.client_path_ms[0] <= path <= st.client_path_ms[-1]) if st.client_path_ms else path == 0.0
     if st.idle_between_batches:  # the entry before the GPU starts
         want = locked + entry + h2d + max(launch, t1) + exit_
     else:  # asynchronous copies: the entry on the host beside the GPU's work, with the launch
         want = locked + max(entry + h2d + launch, t1) + exit_
-    assert _lat(res) == pytest.approx([want], rel=1e-9)
+    assert _lat(res) == pytest.approx([want + path], rel=1e-9)
     assert res.summary["stack"] == name
 
 

@@ -434,7 +434,8 @@ class Simulation:
 
     # ---------------------------------------------------------------- closed loop
     def closed_clients_send(self, n: int, delay: float):
-        """``n`` clients whose answers came back together send their next queries together (a process)."""
+        """``n`` clients whose answers came back together each send their next query (a process): each reaches the
+        front door after its own admission delay, those seen at the same time together."""
         env = self.env
         if delay > 0:
             yield env.timeout(delay)
@@ -442,16 +443,24 @@ class Simulation:
         for _ in range(n):
             if self.created < self.n_total:
                 sent.append(self.make_query(self.created, env.now))
-        if sent:
-            door = self.front_door_times(np.full(len(sent), env.now))
-            if self.pool:
-                door = self._pool_visible(door, [q.seq_len for q in sent])
-            delay = float(door.max()) - env.now
-            if delay > 0:
-                yield env.timeout(delay)
-        for q in sent:
-            self.pipeline.arrive(q, env.now)
-        self.poke()
+        if not sent:
+            self.poke()
+            return
+        door = self.front_door_times(np.full(len(sent), env.now))
+        if self.pool:
+            door = self._pool_visible(door, [q.seq_len for q in sent])
+        # each client's query reaches the front door at its own time (those seen at the same time together): with a
+        # distribution of the admission delay (a real server's client path) the clients do not arrive as one batch
+        order = np.argsort(door, kind="stable")
+        i = 0
+        while i < len(order):
+            t = float(door[order[i]])
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            while i < len(order) and float(door[order[i]]) <= t:
+                self.pipeline.arrive(sent[int(order[i])], env.now)
+                i += 1
+            self.poke()
 
     # ---------------------------------------------------------------- stage executions
     def after_finish(self, ex) -> None:

@@ -6,7 +6,8 @@ model, and either the open-loop arrival times (ms from the start; Poisson, stepp
 drew them) or a closed loop (``clients``, ``think_ms``, ``n_queries``), with each query's input length and
 priority level.
 
-Open loop: every query is sent at its arrival time by the event loop's timer (``loop.call_at``), whatever the
+Open loop: every query is sent at its arrival time by the event loop's timer (``loop.call_at``, on a
+``select(2)`` loop: the default epoll loop rounds every timer up to the next whole millisecond), whatever the
 server is doing; closed loop: each client sends its next query ``think_ms`` after its last answer. For every query
 the record keeps its arrival (open loop: the plan's; closed loop: the moment its client decided to send it), when
 the send began (``sent``: the client's own lag is ``sent - arrival``), when the answer came (``done``), and its
@@ -22,6 +23,7 @@ unanswered are recorded as ``error``, "no answer").
 import asyncio
 import csv
 import json
+import selectors
 import sys
 import time
 
@@ -117,4 +119,10 @@ async def run(plan: dict, out_path: str) -> None:
 
 if __name__ == "__main__":
     with open(sys.argv[1], encoding="utf-8") as f:
-        asyncio.run(run(json.load(f), sys.argv[2]))
+        todo = json.load(f)
+    # select(2)'s timeout is in us; the default (epoll) rounds every timer up to the next whole ms
+    loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
+    try:
+        loop.run_until_complete(run(todo, sys.argv[2]))
+    finally:
+        loop.close()

@@ -14,8 +14,10 @@ itself among the running executions by the rule of dvasim's device model (:mod:`
 
 ``corun_slowdown`` divides every rate while two or more run at once, as in the simulator.
 
-The device sleeps (``selectors`` with a timeout) between events rather than spinning: on a small machine the
-Triton server, its stubs and the client need the cores. Every execution's record (``device.csv``) keeps the
+The device sleeps (``select(2)``, whose timeout is in microseconds: epoll's and poll's are rounded up to whole
+milliseconds, half a millisecond late on average) between events, and spins only the last 0.3 ms before an end
+(a sleeping process wakes 0.1-0.2 ms late on a busy core): on a small machine the Triton server, its stubs and the
+client need the cores. Every execution's record (``device.csv``) keeps the
 time it asked, when it started and ended on the device, and the time the rule says it should have ended given
 the events before it (``due``: the end the device slept until): ``end - due`` is the device's own timing error (its wake-up latency), which the
 engine reports (``device_error_ms_mean``, ``_p99``).
@@ -35,6 +37,7 @@ import time
 
 MODES = ("fluid", "exclusive", "parallel")
 EPS_NS = 2_000  # an execution within 2 us of its end is done (a wake-up is never more precise than that)
+SPIN_NS = 300_000  # the last 0.3 ms before an end are spun, not slept: a sleeping process wakes 0.1-0.2 ms late
 
 
 class Job:
@@ -104,7 +107,7 @@ class Device:
 
 def serve(path: str, mode: str, slowdown: float, log_path: str) -> None:
     dev = Device(mode, slowdown)
-    sel = selectors.DefaultSelector()
+    sel = selectors.SelectSelector()  # select(2) takes its timeout in us; epoll and poll round it up to whole ms
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(path):
         os.unlink(path)
@@ -117,7 +120,7 @@ def serve(path: str, mode: str, slowdown: float, log_path: str) -> None:
         print("ready", flush=True)
         while True:
             nxt = dev.next_end()
-            timeout = None if nxt is None else max(0.0, (nxt - time.monotonic_ns()) / 1e9)
+            timeout = None if nxt is None else max(0.0, (nxt - SPIN_NS - time.monotonic_ns()) / 1e9)
             for key, _ in sel.select(timeout):
                 if key.data is None:
                     conn, _ = srv.accept()
@@ -140,6 +143,9 @@ def serve(path: str, mode: str, slowdown: float, log_path: str) -> None:
                     now = time.monotonic_ns()
                     dev.add(Job(conn, req, float(work_ms) * 1e6, float(demand), now), now)
             now = time.monotonic_ns()
+            if nxt is not None and 0 < nxt - now <= SPIN_NS:  # spin the last stretch (messages wait that long)
+                while now < nxt:
+                    now = time.monotonic_ns()
             for j in dev.finish_due(now):
                 try:
                     j.conn.sendall(f"{j.start} {now}\n".encode())

@@ -1,22 +1,5 @@
-"""The real Triton server for the triton engine's tests: found in ``.venv/triton`` (``make triton-env``, which
-``make test`` runs). Where it is missing a test skips on a developer's machine and fails under CI (``CI`` set):
-CI installs it, so a skip there would hide a broken install."""
-
-import os
-
-import pytest
-
-from dvasim.engines.triton.server import TritonUnavailable, find_env
-
-
-@pytest.fixture(scope="session")
-def triton_env():
-    try:
-        return find_env()
-    except TritonUnavailable as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"the real Triton server is required under CI: {e}")
-        pytest.skip(str(e))
+"""The triton engine's tests: a one-stage table file (the real server's fixture, ``triton_env``, is in
+tests/conftest.py)."""
 
 
 def table_csv(path, latency) -> str:
