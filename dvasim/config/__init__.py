@@ -4,6 +4,7 @@
 
 * :mod:`dvasim.config.sections` -- the schema, assembled from each section's declaration;
 * :mod:`dvasim.config.files` -- reading a config file and an engine file;
+* :mod:`dvasim.config.pins` -- an engine file's ``[pinned]`` choices (what it was fitted under), applied or refused;
 * :mod:`dvasim.config.overrides` -- ``--set``;
 * :mod:`dvasim.config.check` -- :func:`resolve`: defaults, checks, the rules tying keys together;
 * :mod:`dvasim.config.reference` -- the reference and the help, rendered from the schema;

@@ -1,5 +1,6 @@
 """Reading a config: the TOML file (a shipped one found from any directory) and an engine file merged over its
-``[engine]``. May import the foundation (:mod:`dvasim.errors`, :mod:`dvasim.paths`, :mod:`dvasim.schema`)."""
+``[engine]`` (with the choices it pins, :mod:`dvasim.config.pins`). May import the foundation (:mod:`dvasim.errors`,
+:mod:`dvasim.paths`, :mod:`dvasim.schema`) and :mod:`dvasim.config.pins`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import tomllib
 
+from dvasim.config.pins import apply_pins, check_pins, refuse_contradictions
 from dvasim.errors import ConfigError
 from dvasim.paths import DATA_ROOT
 from dvasim.schema import find_file
@@ -39,7 +41,8 @@ def apply_engine_file(raw: dict[str, Any], path: str | Path | None) -> dict[str,
     """Merge the ``[engine]`` section of ``path`` (e.g. written by ``dvasim fit``) over the config's engine.
 
     Keys of the file win; ``[engine.host]`` is merged key by key. A relative ``launch_table`` or ``gpu_table`` in
-    the file is taken relative to the file."""
+    the file is taken relative to the file. The file's ``[pinned]`` choices (:mod:`dvasim.config.pins`: what it
+    was fitted under) apply where the config leaves them unset; a config that sets one otherwise is refused."""
     if path is None:
         return raw
     try:
@@ -50,10 +53,13 @@ def apply_engine_file(raw: dict[str, Any], path: str | Path | None) -> dict[str,
     eng = data.get("engine")
     if not isinstance(eng, dict) or not eng:
         raise ConfigError("--engine", f"{path}: has no [engine] section; give a file written by dvasim fit")
-    extra = sorted(k for k in data if k not in ("engine", "fit"))
+    extra = sorted(k for k in data if k not in ("engine", "fit", "pinned"))
     if extra:
-        raise ConfigError("--engine", f"{path}: only [engine] (and [fit] notes) may be in an engine file, "
-                                      f"found [{extra[0]}]")
+        raise ConfigError("--engine", f"{path}: only [engine] (with its [pinned] choices and [fit] notes) may be in "
+                                      f"an engine file, found [{extra[0]}]")
+    pins = check_pins(data["pinned"], path) if "pinned" in data else None
+    if pins:
+        refuse_contradictions(raw, pins, path)
     eng = copy.deepcopy(eng)
     host = eng.get("host")
     for key in ("launch_table", "gpu_table"):  # relative to the file (dvasim fit writes them so)
@@ -64,4 +70,4 @@ def apply_engine_file(raw: dict[str, Any], path: str | Path | None) -> dict[str,
     if isinstance(raw.get("engine", {}).get("host"), dict) and isinstance(host, dict):
         merged["host"] = {**raw["engine"]["host"], **host}
     raw["engine"] = merged
-    return raw
+    return apply_pins(raw, pins, path) if pins else raw

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 TARGETS = {"throughput_qps": 0.05, "mean_latency_ms": 0.15, "p99_latency_ms": 0.25}
+REPLAY_CLUSTER_HOST_COST = False  # a replay's DVABatch decides on the GPU's time alone (it knows no serving stack)
 
 
 def case_config(folder, table) -> dict[str, Any]:
@@ -50,7 +51,8 @@ def recorded_dvabatch(table, max_batch_size: int) -> dict[str, Any]:
                              for s in range(1, t.n_stages))
     policies = (["input"] if L else []) + (["operator"] if splits else []) + ([] if L else ["load"])
     return {"policies": policies, "t_comp_wait_ms": 0.0, "split_manner": "pipelined",
-            "max_queue_delay_ms": t.latency(0, bs, L) if L else 0.0, "cluster_host_cost": False}
+            "max_queue_delay_ms": t.latency(0, bs, L) if L else 0.0,
+            "cluster_host_cost": REPLAY_CLUSTER_HOST_COST}
 
 
 def real_runs(summary_json, policy: str, load: float) -> dict[str, list[float]] | None:

@@ -459,11 +459,60 @@ def fit(dirs, *, launch_table: str | None = None, modules: str | None = None, ho
     if gpu_table is not None:
         evidence["gpu_table_note"] = "host.gpu_table is per stage: this engine file fits only its stage count"
     engine["host"] = host
-    res = {"engine": engine, "fit": evidence}
+    device = _replayed_device(runs) if model is not None else None
+    res = {"engine": engine, "fit": evidence, "pinned": fitted_pins(host, model, ops, device)}
     if n_boot > 0:
         res["intervals"] = fit_intervals(res, ex, e, Setting(alone_below, n, table, kind, ops, model, launch),
                                          n_boot=n_boot, seed=boot_seed)
     return res
+
+
+def fitted_pins(host: dict[str, Any], model: str | None, ops: list[int] | None,
+                device: str | None = None) -> dict[str, Any]:
+    """The choices outside the fitted numbers that they were fitted under (the engine file's ``[pinned]``, issue 46;
+    :mod:`dvasim.config.pins` applies them to a run): DVABatch's Policy I deciding on the GPU's time alone (as a
+    replay's policy does, and as the fit's self-check simulates it: :func:`dvasim.fitting.check.recorded_dvabatch`),
+    the host model's copy lock and, for the launch law, a launch scale of 1 (today's values, which later defaults
+    may move), and the cut of the model the law was fitted through (its first operator of each stage)."""
+    from dvasim.fitting.check import REPLAY_CLUSTER_HOST_COST
+    from dvasim.server.host import HOST
+
+    keys = {k.name: k.default for k in HOST.keys}
+    pinned_host = {"copy_lock": host.get("copy_lock", keys["copy_lock"])}
+    if "launch_scale" not in host:
+        pinned_host["launch_scale"] = float(keys["launch_scale"])
+    out: dict[str, Any] = {"policy": {"cluster_host_cost": REPLAY_CLUSTER_HOST_COST}, "engine": {"host": pinned_host}}
+    cut = fitted_cut(model, device, ops)
+    if cut is not None:
+        out["model"] = cut
+    return out
+
+
+def _replayed_device(runs: list[dict]) -> str | None:
+    """The device of the replays' ``[model]`` (whose zoo counts the operators of the pinned cut), or ``None``."""
+    try:
+        device = replayed_model(runs)[0].get("device")
+    except DvasimError:
+        return None
+    return device if isinstance(device, str) else None
+
+
+def fitted_cut(model: str | None, device: str | None, ops: list[int] | None) -> dict[str, Any] | None:
+    """The cut the law was fitted through as the zoo model's first operator of each stage, with the model's
+    operators; ``None`` where ``ops`` is no cut of the zoo's model (``--operators`` counts that do not add up to
+    its operators, a model not in the zoo)."""
+    from dvasim.config.pins import zoo_operators
+
+    if model is None or ops is None:
+        return None
+    cuts = [0]
+    for o in ops[:-1]:
+        cuts.append(cuts[-1] + int(o))
+    total = int(sum(int(o) for o in ops))
+    mc = {"name": str(model), "cuts": cuts, **({"device": device} if device else {})}
+    if zoo_operators(mc) != total:
+        return None
+    return {"name": str(model), "cuts": cuts, "operators": total}
 
 
 def _module_kind(runs: list[dict], modules: str | None) -> str:
@@ -1029,8 +1078,22 @@ def engine_toml(result: dict[str, Any]) -> str:
     for name, table in subs.items():
         if table:
             lines += ["", f"[engine.{name}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    lines += pinned_toml(result.get("pinned"))
     lines += ["", "[fit]"] + [f"{k} = {toml_value(v)}" for k, v in result["fit"].items() if v is not None]
     return "\n".join(lines) + "\n"
+
+
+def pinned_toml(pinned: dict[str, Any] | None) -> list[str]:
+    """The ``[pinned.*]`` tables of the engine file (:func:`fitted_pins`), lines of TOML; none without pins."""
+    if not pinned:
+        return []
+    lines = ["", "# the choices this file was fitted under: a run applies each where its config is silent and refuses "
+                 "a config", "# that says otherwise (dvasim.config.pins)"]
+    for name, table in pinned.items():
+        flat = {f"{name}.{k}": v for k, v in table.items()} if name == "engine" else {name: table}
+        for sec, vals in flat.items():
+            lines += [f"[pinned.{sec}]"] + [f"{k} = {toml_value(v)}" for k, v in vals.items()] + [""]
+    return lines[:-1]
 
 
 def check_finite(result: dict[str, Any]) -> None:

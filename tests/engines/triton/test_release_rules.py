@@ -12,7 +12,12 @@ hand-derived ones the docstring gives.
 * preferred sizes: a batch leaves as soon as a preferred size can be formed, before the queue delay
   (dynamic_batch_scheduler.cc:596-603);
 * the delay: with no preferred size reached, the requests wait for the oldest one's delay (:619-621) and leave
-  together.
+  together;
+* the merge at dequeue under a delay with a preferred size (instance_queue.cc:57-104: a payload at a preferred size
+  is merged, its IsSaturated() flag being the payload's own, payload.cc:158-162), with the arrival wake-up gate
+  (dynamic_batch_scheduler.cc:263-286): the batches are those of "24.10" and none of the other releases'
+  ("current" and "21.10" model the TensorRT backend, whose instance is free when the inputs are consumed: they
+  give [0], [1], [2, 3], [4, 5] for the first case; "ideal" [0], [1, 2, 3, 4, 5]).
 """
 
 import pytest
@@ -52,6 +57,12 @@ RULES = {
         [0, 10, 20, 400, 410], [[0, 1, 2], [3, 4]]),
     "the delay": ("max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 150000 }\n",
                   [0, 5, 10, 15, 20, 400], [[0, 1, 2, 3, 4], [5]]),
+    "merge at dequeue": (
+        "max_batch_size: 8\ndynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 1000 }\n",
+        [0, 10, 20, 30, 40, 50], [[0], [1, 2, 3, 4], [5]]),
+    "merge at dequeue within max_batch_size": (
+        "max_batch_size: 3\ndynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 1000 }\n",
+        [0, 10, 20, 30, 40, 50, 60], [[0], [1, 2, 3], [4, 5, 6]]),
 }
 
 
