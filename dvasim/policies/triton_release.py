@@ -70,7 +70,8 @@ runs ``"21.10"``, ``triton-tensorrt`` ``"current"``, every other stack ``"ideal"
     * *growing payloads* as ``"current"``: ``IsStaleState`` is EXECUTING or RELEASED only
       (``dynamic_batch_scheduler.cc:42-48``), a payload stops growing when the batcher marks itself saturated
       (``payload_saturated_``, ``:545, 598, 615``) and a non-saturated payload not at a preferred size absorbs the
-      pending requests at once (``:641-645``);
+      pending requests at once (``:641-645``), whenever the batcher runs (see *the batcher thread runs only when
+      woken*, below);
     * *merge at dequeue of saturated payloads*: ``InstanceQueue::Dequeue`` (``src/instance_queue.cc:57-104``)
       skips a payload only if the payload's own flag ``IsSaturated()`` is set (``:71-72, 81-82``), and that flag
       is set only by ``Payload::MarkSaturated`` (``src/payload.cc:158-162``), called only when a request's input
@@ -98,34 +99,72 @@ runs ``"21.10"``, ``triton-tensorrt`` ``"current"``, every other stack ``"ideal"
       release of an instance, with Triton's payload queue in front of it). ``eager_batching`` (TensorRT's) has no
       effect. Several idle instances: the lowest-numbered takes the payload (Triton wakes one waiting thread,
       ``rate_limiter.cc:271-276``, whichever the OS picks).
-    * *not modelled, a thread race* ("lost wake-up"): without prefetch, the batcher waits for a consumer in
-      ``WaitForPayloadSlotAvailable`` (``dynamic_batch_scheduler.cc:449-485``) on its ``cv_`` with a deadline
-      500 ms (``:329, 367``) after it began to wait. An instance that finishes notifies ``cv_`` from
-      ``Payload::Execute`` (``payload.cc:214-216``, the callback set at ``dynamic_batch_scheduler.cc:430-432``)
-      *before* its thread counts itself as a waiting consumer (``backend_model_instance.cc:798-804`` then
-      ``rate_limiter.cc:317-320``), and counting up notifies only ``waiting_consumer_cv_``
-      (``instance_queue.cc:106-114``), not ``cv_``. If the woken batcher evaluates its predicate before the
-      instance's thread has counted itself, it sleeps on until its deadline (up to 500 ms) or until a request
-      arrives (``:263-286``; a request refused by a full queue, ``:261``, wakes nothing). Whether that happens
-      depends on which thread runs first: not deterministic, so it is not modelled (here the batcher sees the
-      idle instance at once).
-    * *not modelled, as in ``"current"`` (deterministic, the same code at main)*: under a queue delay with
-      preferred sizes below ``max_batch_size``, the batcher does not mark a payload saturated when it sends it at a
-      preferred size (``:596-602`` sets ``payload_saturated_`` only with no delay). The next time it runs
-      ``GetDynamicBatch`` a payload below the largest preferred size grows to the next one that fits, and one at
-      the largest takes one more request (``:540-546`` mark the best size at 0, then 1 request, and ``:596-602``
-      sends it) or, once the oldest pending request's delay has passed, the whole walk up to ``max_batch_size``
-      (``:613-616``); either way it is then saturated. And an arrival wakes the batcher only when a slot is free
-      and it is saturated, stale, or ``queued_batch_size_ >= next_preferred_batch_size_`` (``:263-286``), the
-      latter set while the batcher waits out a delay (``:623-634``) and reset only with a new payload
-      (``:344-347``); with no delay it stays 0 and every arrival wakes it. Here, as in ``"current"``, the batcher
-      looks at every arrival and a payload at a preferred size stops growing (see below).
+    * *the race at an instance's finish* (``lost_wakeup``, on; ``grow_at_finish``, off). An instance that finishes
+      notifies the batcher's ``cv_`` from ``Payload::Execute`` (``payload.cc:214-216``, the callback set at
+      ``dynamic_batch_scheduler.cc:430-432``) *before* its thread releases the payload and returns to
+      ``DequeuePayload`` (``backend_model_instance.cc:801-804``, then ``:798``), where it counts itself a waiting
+      consumer (``rate_limiter.cc:317-320``; that notifies only ``waiting_consumer_cv_``,
+      ``instance_queue.cc:106-114``, not ``cv_``) and then takes the queued payload (``instance_queue.cc:63-67``,
+      under the payload's exec mutex, which the batcher holds while it grows it, ``dynamic_batch_scheduler.cc:
+      369-419``). Which thread gets there first the code leaves open (an OS race). Without prefetch (a queue
+      policy), a batcher that runs first finds no waiting consumer (``rate_limiter.cc:230-234``) and sleeps in
+      ``WaitForPayloadSlotAvailable`` (``dynamic_batch_scheduler.cc:449-485``) until an arrival that passes its gate
+      (``:263-286``; a request refused by a full queue returns at ``:261`` and wakes nothing), another instance
+      that takes a payload or finishes, or its deadline: ``wait_for`` with a predicate keeps its deadline, 500 ms
+      after it began waiting (``:329, 367, 464``), and past it the loop waits 500 ms more (``:463-481``). That is
+      ``lost_wakeup``, on in ``"24.10"``: in the real r24.10 runs (tritonserver 2.51.0, one instance, Python
+      backend) the next batch started a median 0.06-0.07 ms after the next arrival, not at the instance's release,
+      for 63-65% of the batches of priority_2_700 and 59-68% of timeout_20ms_1000 (the two runs of each; a batch
+      counted when it started within 0.2 ms of an arrival and over 0.3 ms after the previous COMPUTE_END); the
+      priority runs ended with a batch that waited ~500 ms, and queue_size_8_1000 (full queue) stalled ~500 ms 6
+      times in 27 executions. The batcher lost the race most of the time, so ``"24.10"`` always lets it lose.
+      With prefetch the same order (``grow_at_finish``) would let the batcher grow the queued payload with every
+      queued request before the instance takes it; in the real DelayBatch runs the instance's thread took the
+      queued payload first in 54-59% of the finishes (requests that arrived late in the previous batch were left
+      for the batch after: delay_1ms_600, delay_2ms_800), so ``grow_at_finish`` is off (the instance's thread
+      takes the payload first). The real outcome there depends on the finishing batch's size (the batcher ran
+      first after 62-100% of the batches of 1-2 requests, after 5-7% of those of 9-12: the CPU time the
+      server's and client's threads spend on the answers of a large batch, on that 2-core machine), which the
+      code does not decide and which is not modelled; it is what makes the real batch sizes alternate.
+    * *the batcher thread runs only when woken* (``wake_gate``; the same code at main, which ``"current"`` does not
+      model: its batcher looks at every arrival). The batcher thread's loop (``dynamic_batch_scheduler.cc:
+      331-443``) starts a new payload when its payload is saturated (``payload_saturated_``) or stale (taken:
+      EXECUTING or RELEASED), resetting ``next_preferred_batch_size_`` to 0 (``:341-347``; ``NewPayload``,
+      ``:292-299``); with no request queued it waits 500 ms (``:329, 360-361``); else it waits for a payload slot
+      (``:367``, ``WaitForPayloadSlotAvailable``, ``:449-485``), runs ``GetDynamicBatch`` (``:379``) and either
+      moves the requests it chose into the payload (``:386-418``; a new one is enqueued, ``:430-438``, with a
+      callback that notifies the batcher, ``:431``) and loops at once, or waits (``wait_for``, ``:422-427``) until
+      the oldest walked request's delay expires (``:647-669``). It is notified (``cv_``) by an arrival only if a
+      payload slot is free and its payload is saturated, stale, or the requests queued outside any payload number
+      at least ``next_preferred_batch_size_`` (``:253-287``); by an instance's thread that takes a payload
+      (``rate_limiter.cc:354-355``) and by one that finishes its batch (``payload.cc:214-216``). When it runs,
+      ``GetDynamicBatch`` (``:487-670``) walks the queued requests on top of the payload's size: a new payload
+      that cannot leave yet (no preferred size reached, delay not passed) sets ``next_preferred_batch_size_`` to
+      the smallest preferred size above the walk (``:623-634``) and waits, so later arrivals do not wake the
+      batcher until that many are queued, and the payload it then sends keeps that value; a queued payload not at
+      a preferred size absorbs the walk at once (``:636-645``), ``next_preferred_batch_size_`` becoming the next
+      preferred size above the walk less the payload's size before it (``:623-634``), so after one growth a
+      payload far below ``max_batch_size`` is frozen until an instance takes it or finishes; a queued payload at a
+      preferred size grows to the next preferred size the walk reaches (``:578-582, 594-603``), and past the
+      largest one it saturates and takes one request within the delay (``:540-546`` mark the best size at 0,
+      then at 1; ``:596-602`` send it) or the whole walk up to ``max_batch_size`` once the oldest walked request's
+      delay has passed (``:611-617``). Under a delay a payload sent at a preferred size is not saturated
+      (``:596-602``); with no delay ``next_preferred_batch_size_`` is never set (the function returns before
+      ``:623``), so every arrival with a free slot wakes the batcher. Modelled as the code runs it, for requests
+      of batch size 1 and no shape checks (``enforce_equal_shape_tensors_`` empty, ``:275``): a new payload's size
+      is the policy's rule (``_form_size``; Triton's own for policy ``triton``, and ``delaybatch``'s agrees with
+      the walk on when to wait).
 
 Where this differs from the code, on purpose: the instance's host work for a batch waiting on the stream (its
 inputs' copy) is charged when the batch starts, after the batch before it (the host model's batch entry), not
-beside it; inputs are taken as consumed when the batch starts its first stage; the payload of a growing release
-that reached a smaller preferred size under a queue delay is taken as saturated (Triton lets it absorb again when
-the delay expires). With several instances the one backend thread blocks on the instance it gave its last payload
+beside it; inputs are taken as consumed when the batch starts its first stage; in ``"current"`` the payload of a
+growing release that reached a smaller preferred size under a queue delay is taken as saturated, and its batcher
+looks at every arrival (``"24.10"`` runs the code's gate and growth, above). Under ``wake_gate``: at an instant
+where an instance finishes or takes a payload, its thread takes the queued payload before the woken batcher runs
+(with prefetch; see *the race at an instance's finish*); the batcher's 500 ms idle wait is not a decision of its
+own (it ends at the next decision after it), though its 500 ms wait for a payload slot is, for the queue-policy
+batcher (``TritonServerBatcher.next_wakeup``; DelayBatch and ZeroBatch have prefetch, so never lose a wake-up); request
+timeouts (a queue policy's) do not wake it; DVABatch's backend (``take``) runs the ungated batcher. With several instances the one backend thread blocks on the instance it gave its last payload
 to until that instance has fewer than its tokens of batches waiting on its stream (exact for one instance, the
 common case; current releases rotate a per-device semaphore, ``model_state.cc:59-74``, which this approximates).
 """
@@ -135,7 +174,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 
+from dvasim.core.operations import time_eps
 from dvasim.errors import ConfigError
 
 RELEASES = ("ideal", "21.10", "current", "24.10")
@@ -154,6 +195,13 @@ class ReleaseRules:
     override_stops_prefetch: bool = False  # 24.10: allow_timeout_override alone is a queue policy (no prefetch)
     freeze_unmerged: bool = False  # 24.10: an aged payload too large to merge stops growing
     release_at_exit: bool = False  # 24.10: an instance takes its next payload when its batch has left (Python)
+    wake_gate: bool = False  # 24.10: the batcher runs only when woken (arrival gate, instance, timer); code's growth
+    # wake_gate: at an instance's finish the batcher, notified first (payload.cc:214-216), runs before that
+    # instance's thread returns to DequeuePayload (backend_model_instance.cc:798-804): without prefetch it finds no
+    # waiting consumer and sleeps until an arrival passes its gate or its 500 ms deadline ("lost wake-up")
+    lost_wakeup: bool = False
+    # the same order with prefetch on: the notified batcher grows the queued payload before the instance takes it
+    grow_at_finish: bool = False
 
     @property
     def ideal(self) -> bool:
@@ -171,7 +219,7 @@ def release_rules(name: str, eager_batching: bool = False, field_name: str = "se
     if name == "24.10":  # the Python backend: no tokens, no eager batching (see the module docstring)
         return ReleaseRules("24.10", frozen=False, tokens=0, skip_saturated_merge=False,
                             prefetch_with_queue_policy=False, override_stops_prefetch=True, freeze_unmerged=True,
-                            release_at_exit=True)
+                            release_at_exit=True, wake_gate=True, lost_wakeup=True, grow_at_finish=False)
     return ReleaseRules("current", frozen=False, tokens=3 if eager_batching else 1, skip_saturated_merge=True,
                         prefetch_with_queue_policy=False)
 
@@ -212,6 +260,18 @@ class InstancePipeline:
     backend_free: object = None
     # the instances whose stream runs a batch, as the last ``step`` left them (what ``release_at_exit`` reads)
     busy: set = field(default_factory=set)
+    # ``wake_gate``: the batcher thread's own state (dynamic_batch_scheduler.cc): its current payload
+    # (``curr_payload_``; None: a new one, no request moved yet), ``payload_saturated_``,
+    # ``next_preferred_batch_size_``, when its ``wait_for`` expires (inf: it waits for a notification only), and
+    # what the last ``step`` left: the requests queued (``queued_batch_size_``), the busy instances and its time
+    current: Payload | None = None
+    current_saturated: bool = False
+    next_preferred: int = 0
+    batcher_due: float = math.inf
+    queued: int = 0
+    was_busy: set = field(default_factory=set)
+    last_step: float = -math.inf
+    slot_wait_since: float | None = None  # when the batcher began to wait for a payload slot (None: it does not)
 
     def __post_init__(self) -> None:
         self.streams = [deque() for _ in range(self.n_instances)]
@@ -255,7 +315,24 @@ class InstancePipeline:
         """What happens now, until nothing more can: the batches that start on an instance (``(instance,
         queries)``, in order). ``busy``: the instances whose stream runs a batch (updated)."""
         started: list[tuple[int, list]] = []
+        gate = self.rules.wake_gate
+        done = (self.was_busy - busy) if gate else set()
+        finished = bool(done)
         self.busy = busy
+        awake = self._woken(now, finished) if gate else False
+        if awake and finished and self._batcher_first():
+            # payload.cc:214-216 notifies the batcher before the finishing instance's thread releases its payload
+            # and returns to DequeuePayload (backend_model_instance.cc:801-804, 798): the batcher runs while that
+            # thread neither waits as a consumer (rate_limiter.cc:317-320) nor has taken the queued payload
+            self.busy = busy | done
+            try:
+                while self._gate_step(now):
+                    pass
+            finally:
+                self.busy = busy
+            # the thread's count increment notifies only waiting_consumer_cv_ (instance_queue.cc:106-114): the
+            # batcher sleeps on until an instance takes a payload, an arrival passes its gate, or its deadline
+            awake = False
         while True:
             moved = False
             for i, stream in enumerate(self.streams):  # inputs consumed: the stream's next batch starts
@@ -271,11 +348,22 @@ class InstancePipeline:
                     self.turn = (self.turn + 1) % self.n_instances
                     self.last = i
                 self.streams[i].append(self._dequeue(now))
+                awake = True  # wake_gate: the payload's callback notifies the batcher (rate_limiter.cc:354-355)
                 moved = True
                 continue
-            if self._batcher_step(now):
+            if gate:
+                if awake:
+                    if self._gate_step(now):
+                        moved = True
+                    else:
+                        awake = False  # it waits (until notified, or its wait_for expires)
+            elif self._batcher_step(now):
                 moved = True
             if not moved:
+                if gate:
+                    self.queued = int(self.batcher.pending_count())
+                    self.was_busy = set(busy)
+                    self.last_step = now
                 return started
 
     def take(self, now: float) -> Payload | None:
@@ -338,6 +426,123 @@ class InstancePipeline:
             self._saturate(p)
         self.queue.append(p)
         return True
+
+    # ---------------------------------------------------------------- wake_gate (r24.10's batcher thread)
+    def _batcher_first(self) -> bool:
+        """Does the batcher, notified by an instance's finish, run before that instance's thread (``lost_wakeup``
+        without prefetch, ``grow_at_finish`` with it)?"""
+        if self.rules.ideal or (not self.rules.prefetch_with_queue_policy and self._queue_policy()):
+            return self.rules.lost_wakeup
+        return self.rules.grow_at_finish
+
+    def slot_deadline(self, now: float) -> float:
+        """When the batcher, waiting for a payload slot, next re-checks on its own (its 500 ms ``wait_for``,
+        dynamic_batch_scheduler.cc:329, 367, 463-468; inf when it is not waiting for a slot or the time is past)."""
+        if self.slot_wait_since is None or not self.batcher_due > now + time_eps(now):
+            return math.inf
+        return self.batcher_due
+
+    def _woken(self, now: float, finished: bool) -> bool:
+        """``wake_gate``: does the batcher thread run at this decision, before any instance moves? It does when an
+        instance finished its batch (``Payload::Execute``'s callback, payload.cc:214-216), when its own
+        ``wait_for`` expires (dynamic_batch_scheduler.cc:424-427), or when a request arrived and the arrival gate
+        lets it through (``:263-286``): a payload slot is free and the batcher's payload is saturated, stale, or
+        ``queued_batch_size_ >= next_preferred_batch_size_``. (An instance that takes a payload wakes it too: see
+        ``step``.)"""
+        if finished or now >= self.batcher_due - time_eps(now):
+            return True
+        b = self.batcher
+        n = int(b.pending_count())
+        arrived = n > self.queued or (now > self.last_step and bool(b.has_queue_policy())
+                                      and any(q.seen == now for q in b.pending))  # (a timeout may have left)
+        if not arrived or not self.slot_free():
+            return False
+        cur = self.current
+        return self.current_saturated or (cur is not None and self._stale(cur)) or n >= self.next_preferred
+
+    def _stale(self, p: Payload) -> bool:
+        """``IsStaleState``: an instance took the payload (EXECUTING, or merged and RELEASED), or a merge left it
+        queued as EXECUTING (``freeze_unmerged``)."""
+        return p.saturated or not any(x is p for x in self.queue)
+
+    def _gate_step(self, now: float) -> bool:
+        """``wake_gate``: the batcher thread's loop (dynamic_batch_scheduler.cc:331-443) from a wake-up until it
+        moves requests into a payload (True: it loops again at once) or waits (False; ``batcher_due`` set)."""
+        b = self.batcher
+        while True:
+            cur = self.current
+            if cur is not None and (self.current_saturated or self._stale(cur)):  # :341-347
+                self.current, self.current_saturated, self.next_preferred = None, False, 0
+                cur = None
+            if not b.has_requests():  # :360-361: the default wait, 500 ms (:329)
+                self.batcher_due = now + 500.0
+                self.slot_wait_since = None
+                return False
+            if not self.slot_free():  # :367, 449-485: until a notification finds a slot, or its deadline
+                if self.slot_wait_since is None:
+                    self.slot_wait_since = now
+                # wait_for with a predicate keeps its deadline across notifications; past it, the loop at :463
+                # waits 500 ms more (:464-468): the next multiple of 500 ms after it began, strictly after now
+                since = self.slot_wait_since
+                self.batcher_due = since + 500.0 * (math.floor((now - since) / 500.0) + 1)
+                return False
+            self.slot_wait_since = None
+            size = 0 if cur is None else len(cur.queries)
+            take, due = self._dynamic_batch(now, size)
+            if due < math.inf:  # :422-427
+                self.batcher_due = due
+                return False
+            if cur is None:  # a new payload, READY, enqueued (:412-414, 430-438)
+                n = int(b._form_size(now))  # the policy's own size rule (it agrees with the walk on waiting)
+                p = Payload(b._take_n(n if n > 0 else take))
+                p.saturated = False
+                self.current = p
+                self.queue.append(p)
+                return True
+            if take > 0:  # the queued payload grows (:386-418)
+                cur.add(b._take_n(take))
+                return True
+            if not self.current_saturated:  # (not reached: taking nothing saturates)
+                self.batcher_due = math.inf
+                return False
+
+    def _dynamic_batch(self, now: float, size: int) -> tuple[int, float]:
+        """``GetDynamicBatch`` (dynamic_batch_scheduler.cc:487-670) for a payload of ``size`` requests and the
+        queued requests (each of batch size 1, no shape checks): how many move into the payload and when the
+        batcher waits until (inf: it does not wait). Sets ``current_saturated`` (``payload_saturated_``, :545,
+        598, 615) and ``next_preferred`` (:623-634) as the code does."""
+        b = self.batcher
+        prefs = sorted(set(b._preferred_sizes()))
+        top, mbs, delay = prefs[-1], int(b.max_batch_size), float(b.max_queue_delay_ms)
+        best, pend, send_now = 0, 0, False
+        for _ in range(min(int(b.pending_count()), mbs - size + 1)):  # the walk, :518-583
+            if size + pend > 0:  # a request joining a batch under way (:535-551)
+                if size + pend + 1 > top and best == 0:  # past every preferred size: mark here, saturate
+                    best = pend
+                    self.current_saturated = True
+                if size + pend + 1 > mbs:
+                    send_now = True
+                    break
+            pend += 1
+            if size + pend in prefs:  # :578-582
+                best = pend
+        oldest = min((q.seen for q in islice(b.pending, pend)), default=-math.inf)
+        exceeded = delay > 0 and now - oldest >= delay - time_eps(now)  # :585-592
+        if best and not exceeded:  # :594-603
+            if delay == 0:
+                self.current_saturated = True
+            return best, math.inf
+        if pend == 0:  # :605-609
+            return 0, math.inf
+        if send_now or size + pend >= top:  # :611-617
+            self.current_saturated = True
+            return pend, math.inf
+        if exceeded or delay == 0:  # :619-621
+            return pend, math.inf
+        self.next_preferred = next(s for s in prefs if s > size + pend) - size  # :623-634 (one exists: < top)
+        if not self.current_saturated and size and size not in prefs:  # :636-645
+            return pend, math.inf
+        return 0, oldest + delay  # :647-669
 
     def _saturate(self, p: Payload) -> None:
         """A growing payload stops growing at the largest preferred size, or at any preferred size with no queue

@@ -328,4 +328,6 @@ class TritonServerBatcher(TritonDynamicBatcher):
             m, oldest = self._walk()
             if m:
                 t = min(t, oldest + self.max_queue_delay_ms)
+        if self._instances is not None:  # r24.10: the batcher's own deadline while it waits for a payload slot
+            t = min(t, self._instances.slot_deadline(now))
         return t
