@@ -1,5 +1,6 @@
-"""The triton engine on the real Triton server (tritonserver 2.51.0, r24.10, from .venv/triton): its records, three
-hand-worked cases whose answer Triton's documented rules fix, and the ways a run refuses or fails.
+"""The triton engine on the real Triton server (tritonserver 2.51.0, r24.10, from .venv/triton): its records,
+hand-worked cases whose answer Triton's documented rules fix (a window forming one batch of exactly five is in
+test_release_rules.py), and the ways a run refuses or fails.
 
 Each case starts and stops its own server (about 4 s each on the 2-core VM). Cases are built so that the answer
 does not depend on this machine's speed: the table's 100 ms executions dwarf every host cost."""
@@ -58,18 +59,6 @@ def test_records_of_a_poisson_run(tmp_path, triton_env):
     assert int(stats["execution_count"]) == len(ex) + WARMUP
     assert s["engine"] == "triton" and s["triton_version"] == "2.51.0" and "client_behind" in s
     assert s["device_error_ms_mean"] >= 0
-
-
-def test_a_window_forms_one_batch_of_exactly_five(tmp_path, triton_env):
-    """max_queue_delay 150 ms, max_batch_size 8: five requests 5 ms apart wait for the window and leave as one
-    batch of 5, at the oldest one's 150 ms; a sixth 400 ms later leaves alone."""
-    p = pbtxt(tmp_path, "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 150000 }\n")
-    cfg = config(tmp_path, {"triton_config": p}, {"kind": "explicit", "arrivals_ms": [0, 5, 10, 15, 20, 400]})
-    q = serve(cfg, work_dir=tmp_path / "run", env=triton_env).queries
-    first = q.iloc[:5]
-    assert first["batch_id"].nunique() == 1 and (first["exit_batch_size"] == 5).all()
-    assert first["start_ms"].iloc[0] - first["admitted_ms"].iloc[0] >= 150.0 - 0.5
-    assert q["exit_batch_size"].iloc[5] == 1 and q["batch_id"].iloc[5] != q["batch_id"].iloc[0]
 
 
 def test_max_queue_size_rejects_beyond_the_queue(tmp_path, triton_env):
@@ -149,7 +138,7 @@ def _server_pids(work: Path) -> list[int]:
 
 
 def _start_long_run(tmp_path):
-    cfg = write_toml(tmp_path, ZB, n=3000, rate=200.0)
+    cfg = write_toml(tmp_path, ZB, n=1000, rate=200.0)
     out = tmp_path / "o"
     proc = subprocess.Popen([*DVASIM, "triton", cfg, "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -169,7 +158,7 @@ def test_a_server_that_dies_mid_run_is_one_line_and_keeps_the_records(tmp_path, 
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and len(err.strip().splitlines()) == 1 and "server stopped" in err, err
     q = pd.read_parquet(out / "queries.parquet")
-    assert len(q) == 3000 and (q["status"] == "ok").sum() > 0 and (q["status"] != "ok").sum() > 0
+    assert len(q) == 1000 and (q["status"] == "ok").sum() > 0 and (q["status"] != "ok").sum() > 0
     assert not _server_pids(out)
 
 
