@@ -73,7 +73,7 @@ CASES = {
     "closed_4": (ZB, {}, {"kind": "closed", "clients": 4, "think_ms": 0.0, "n_queries": 2000, "seed": 1}, None),
     "closed_16": (ZB, {}, {"kind": "closed", "clients": 16, "think_ms": 0.0, "n_queries": N, "seed": 1}, None),
 }
-TINY_CALIBRATION = {"zb_200": (ZB, {}, poisson(200, 300), None), "idle_20": (ZB, {}, poisson(40, 60), None)}
+TINY_CALIBRATION = {"zb_200": (ZB, {}, poisson(200, 300), None)}
 TINY_CASES = {"delay_2ms_400": ({"name": "delaybatch", "max_batch_size": 32, "max_queue_delay_ms": 2.0}, {},
                                 poisson(400, 300), None)}
 
@@ -128,7 +128,7 @@ def simulate(spec, out: Path, name: str, stack: Path) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--tiny", action="store_true", help="two calibration runs and one case, 300 queries (CI)")
+    ap.add_argument("--tiny", action="store_true", help="one calibration run and one case, 300 queries (CI)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--resimulate", action="store_true", help="reuse the real runs under --out")
     ap.add_argument("--only", default=None, help="comma-separated case names (calibration always runs)")

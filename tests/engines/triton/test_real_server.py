@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dvasim.engines.triton.engine import WARMUP, serve
 from tests.engines.triton.conftest import table_csv
@@ -162,6 +163,7 @@ def test_a_server_that_dies_mid_run_is_one_line_and_keeps_the_records(tmp_path, 
     assert not _server_pids(out)
 
 
+@pytest.mark.slow  # make test-slow (a 7 s server run); the default suite kills a server mid-run instead
 def test_ctrl_c_stops_the_server_and_leaves_nothing_running(tmp_path, triton_env):
     proc, out = _start_long_run(tmp_path)
     assert _server_pids(out)

@@ -66,7 +66,12 @@ RULES = {
 }
 
 
-@pytest.mark.parametrize("rule", list(RULES))
+# three of the five run under make test-slow (each case is a server start and stop, ~6 s): the default suite keeps
+# the delay and the merge at dequeue
+SLOW_RULES = ("growing payload", "preferred size before the delay", "merge at dequeue within max_batch_size")
+
+
+@pytest.mark.parametrize("rule", [pytest.param(r, marks=pytest.mark.slow) if r in SLOW_RULES else r for r in RULES])
 def test_rule_on_the_real_server_is_the_simulators(tmp_path, triton_env, rule):
     pbtxt, arrivals, want = RULES[rule]
     cfg = case(tmp_path, pbtxt, arrivals)
