@@ -88,6 +88,7 @@ def jobs() -> list[Job]:
     out.append(Job("bert_h100_collapse", _script("bert_h100_collapse", "--out", "{R}")))
     out.append(Job("tcomp_wait_sweep", _script("tcomp_wait_sweep", "--out", "{R}", "--stack", "triton-tensorrt")))
     out.append(Job("h100_fit", (PY, "experiments/h100_fit/check.py", "--out", "{R}/h100_fit")))
+    out.append(Job("pinned_check (h100_fit)", (PY, "experiments/h100_fit/pinned_check.py", "--out", "{R}/h100_fit")))
     # the shipped GPU tables, rebuilt (traces/gpu/README.md), and the GPU matrix's CPU version (its numbers mean
     # nothing: only its time is kept)
     out.append(Job("build_gpu_tables", (PY, "-m", "dvasim.model.build_gpu_tables", "--out", "{R}/traces")))
@@ -102,6 +103,11 @@ def jobs() -> list[Job]:
                                            "{R}/h200_traces", "--summary", "{R}/validation_gpu", "--out",
                                            "{R}/validation_gpu_out"),
                    copy=("traces/gpu_matrix/h200_2026-11-28", "h200_traces")))
+    # the real-Triton check's fit and predictions, from its committed real runs (a copy: --resimulate rewrites
+    # cases.csv, fit.json and the stack file beside them) compared with experiments/validation/triton/results
+    out.append(Job("triton matrix --resimulate", (PY, "experiments/validation/triton/matrix.py", "--resimulate",
+                                                 "--out", "{R}/validation_triton"),
+                   copy=("experiments/validation/triton/results", "validation_triton")))
     out.append(Job("paper_rerun --figures", _script("paper_rerun", "--figures", "--out", "{R}"), long=True))
     out.append(Job("stack_question", _script("stack_question", "--out", "{R}"), long=True))
     # the committed log's two capacity cases; the plan case (h100_plan) at the 60 s default is hours on 2 cores
@@ -118,6 +124,8 @@ def committed_twin(root: Path, path: Path) -> Path | None:
         return None  # the CPU version's numbers mean nothing
     if rel.parts[0] == "validation_gpu":
         twin = ROOT / "experiments" / "validation" / "gpu" / Path(*rel.parts[1:])
+    elif rel.parts[0] == "validation_triton":
+        twin = ROOT / "experiments" / "validation" / "triton" / "results" / Path(*rel.parts[1:])
     elif rel.parts[0] in ("traces", "traces_fit"):
         twin = ROOT / "traces" / Path(*rel.parts[1:])
     else:
