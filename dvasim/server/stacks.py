@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 INF = math.inf
@@ -402,7 +403,7 @@ def stack_to_toml(stack: ServingStack, header: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-STACK_DIR = __import__("pathlib").Path(__file__).resolve().parent / "stack_files"
+STACK_DIR = Path(__file__).resolve().parent / "stack_files"
 
 
 def _add_file(name: str) -> None:

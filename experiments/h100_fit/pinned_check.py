@@ -32,10 +32,10 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 import pandas as pd
+import tomllib
 
 from dvasim.fitting.check import TARGETS, case_config, is_noise, real_runs, recorded_dvabatch
 from dvasim.fitting.fit import fit, table_operators, write_engine

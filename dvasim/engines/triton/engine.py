@@ -134,7 +134,8 @@ def _machine_load() -> dict[str, Any]:
     return out
 
 
-def _cpu_by_process() -> dict[int, tuple[str, float]]:
+def _processes() -> dict[int, tuple[int, float]]:
+    """Every process now: its parent's pid and the CPU seconds it has used (from /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for p in Path("/proc").iterdir():
@@ -142,40 +143,28 @@ def _cpu_by_process() -> dict[int, tuple[str, float]]:
             continue
         with contextlib.suppress(OSError, IndexError, ValueError):
             stat = (p / "stat").read_text()
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
             f = stat[stat.rindex(")") + 2:].split()
-            out[int(p.name)] = (name, (int(f[11]) + int(f[12])) / tick)
+            out[int(p.name)] = (int(f[1]), (int(f[11]) + int(f[12])) / tick)
     return out
 
 
-def _others(before: dict, after: dict, ours: set[int]) -> float:
-    """CPU seconds that processes other than the run's own used during it."""
-    total = 0.0
-    for pid, (name, cpu) in after.items():
-        if pid in ours:
-            continue
-        total += cpu - before.get(pid, (name, 0.0))[1]
-    return total
-
-
-def _descendants(pid: int) -> set[int]:
+def _others_cpu_s(before: dict, after: dict, root: int) -> float:
+    """CPU seconds that processes other than ``root`` and its descendants (the run's own: the server, its stubs,
+    the device, the client) used between the two snapshots of :func:`_processes`."""
     kids: dict[int, list[int]] = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = (p / "stat").read_text()
-                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-                kids.setdefault(ppid, []).append(int(p.name))
-    out, todo = set(), [pid]
+    for pid, (ppid, _) in after.items():
+        kids.setdefault(ppid, []).append(pid)
+    ours, todo = set(), [root]
     while todo:
         q = todo.pop()
-        out.add(q)
+        ours.add(q)
         todo.extend(kids.get(q, []))
-    return out
+    return sum(cpu - before.get(pid, (0, 0.0))[1] for pid, (_, cpu) in after.items() if pid not in ours)
 
 
-def _pin(cmd: list[str], core: int | None) -> list[str]:
-    return ["taskset", "-c", str(core), *cmd] if core is not None else cmd
+def _pin(cmd: list[str], cores: str | None) -> list[str]:
+    """``cmd`` kept to ``cores`` (taskset's list), or as it is."""
+    return ["taskset", "-c", cores, *cmd] if cores is not None else cmd
 
 
 def serve(config, overrides: list[str] | None = None, *, work_dir: str | Path, env: TritonEnv | None = None,
@@ -198,14 +187,12 @@ def serve(config, overrides: list[str] | None = None, *, work_dir: str | Path, e
     server_cores = None if client_core is None else f"0-{ncpu - 2}" if ncpu > 2 else "0"
     sock = Path(f"/tmp/dvasim-device-{os.getpid()}-{int(time.time() * 1e6) % 10**9}.sock")
     device_log = work / "device.csv"
-    dev_cmd = [str(env.python), str(HERE / "device.py"), str(sock), setup.cfg["engine"].get("sharing", "fluid"),
-               repr(float(setup.cfg["engine"].get("corun_slowdown", 1.0))), str(device_log)]
-    if server_cores is not None:
-        dev_cmd = ["taskset", "-c", server_cores, *dev_cmd]
+    dev_cmd = _pin([str(env.python), str(HERE / "device.py"), str(sock), setup.cfg["engine"].get("sharing", "fluid"),
+                    repr(float(setup.cfg["engine"].get("corun_slowdown", 1.0))), str(device_log)], server_cores)
     device = subprocess.Popen(dev_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
     server = None
-    before = _cpu_by_process()
+    before = _processes()
     load_before = _machine_load()
     t_run = time.monotonic()
     try:
@@ -218,9 +205,8 @@ def serve(config, overrides: list[str] | None = None, *, work_dir: str | Path, e
         plan_path, client_csv = work / "plan.json", work / "client.csv"
         plan_path.write_text(json.dumps(plan), encoding="utf-8")
         client = subprocess.run(_pin([str(env.python), str(HERE / "client.py"), str(plan_path), str(client_csv)],
-                                     client_core), capture_output=True, text=True)
-        ours = _descendants(os.getpid()) | ({server.proc.pid} | _descendants(server.proc.pid) if server.proc else set())
-        after = _cpu_by_process()
+                                     None if client_core is None else str(client_core)), capture_output=True, text=True)
+        after = _processes()
         died = not server.alive()
         stats = {} if died else server.statistics(MODEL_NAME)
         status = server.stop()
@@ -237,7 +223,7 @@ def serve(config, overrides: list[str] | None = None, *, work_dir: str | Path, e
             sock.unlink()
     wall = time.monotonic() - t_run
     machine = {"load_before": load_before, "load_after": _machine_load(),
-               "others_cpu_s": round(_others(before, after, ours), 3), "cpus": ncpu,
+               "others_cpu_s": round(_others_cpu_s(before, after, os.getpid()), 3), "cpus": ncpu,
                "client_core": client_core, "server_cores": server_cores}
     result = records(setup, work, stats, version=version, machine=machine, wall_s=wall)
     if died:

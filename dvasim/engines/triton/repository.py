@@ -48,7 +48,7 @@ def _queue_policy_text(qp: dict[str, Any]) -> str:
 
 
 def pbtxt_from_policy(policy: dict[str, Any], instances: int) -> str:
-    """A ``config.pbtxt`` for the resolved ``[policy]`` (``zerobatch``, ``delaybatch`` or ``triton``) and the
+    """A ``config.pbtxt`` for the resolved ``[policy]`` (with the policy's ``describe()``: every default filled) (``zerobatch``, ``delaybatch`` or ``triton``) and the
     instance count; ConfigError naming ``policy.name`` for a policy Triton does not run."""
     name = policy["name"]
     if name not in ("zerobatch", "delaybatch", "triton"):
@@ -58,13 +58,10 @@ def pbtxt_from_policy(policy: dict[str, Any], instances: int) -> str:
     lines = [f'name: "{MODEL_NAME}"', 'backend: "python"', f"max_batch_size: {mbs}", IO.rstrip("\n")]
     if name != "triton" or policy.get("dynamic_batching", True):
         db = []
-        pref = policy.get("preferred_batch_size") or []
-        pref = [pref] if isinstance(pref, int) else list(pref)
+        pref = list(policy.get("preferred_batch_size") or [])
         if pref:
             db.append(f"preferred_batch_size: [ {', '.join(str(int(p)) for p in pref)} ]")
-        delay = policy.get("max_queue_delay_ms")
-        if delay is None:
-            delay = 5.0 if name == "delaybatch" else 0.0
+        delay = policy.get("max_queue_delay_ms") or 0.0  # resolved by the policy (its describe(): its default)
         if delay:
             db.append(f"max_queue_delay_microseconds: {_ms_to_us(delay)}")
         if policy.get("priority_levels"):

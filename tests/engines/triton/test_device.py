@@ -101,8 +101,9 @@ def test_exclusive_serialises_in_order(device):
 
 
 def test_rule_matches_the_simulators_fluid_arithmetic():
-    """The device's rates (no clock involved): three jobs of demand 0.5 progress at 1/1.5 each, as
-    dvasim.engines.sim.device's fluid mode, and corun_slowdown divides them further while two or more run."""
+    """The device's rates (no clock involved), worked by hand from the fluid rule of dvasim.engines.sim.device's
+    docstring: three jobs of demand 0.5 (total 1.5 > 1) progress at 1/1.5 each; corun_slowdown 1.25 divides the
+    rate while two or more run (1/1.25 = 0.8), and not while one runs alone."""
     dev = Device("fluid", 1.0)
     for i in range(3):
         dev.add(Job(None, f"q{i}", 10e6, 0.5, 0), 0)
